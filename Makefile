@@ -1,0 +1,33 @@
+# trainyard: `make run` (the main job) and `make test`. Both bootstrap .venv themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.trainyard-installed
+PYTEST_ARGS ?=
+
+.PHONY: run test bench venv constraints clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -c constraints.txt -e ".[all,test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m pipelines.digits
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench.run $(if $(QUICK),--quick,)
+
+constraints:
+	$(PY) -m pip freeze --exclude-editable | sed 's/+cpu//' | grep -vi '^trainyard' > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache

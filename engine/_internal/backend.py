@@ -1,0 +1,33 @@
+"""The Backend interface each framework implements (torch process group, TF_CONFIG …)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:
+    from engine._internal.worker_group import WorkerGroup
+
+
+class BackendConfig:
+    """Framework settings; ``backend_cls`` names the Backend that applies them."""
+
+    @property
+    def backend_cls(self) -> type:
+        return Backend
+
+    def train_func_wrapper(self) -> Optional[Callable[[], None]]:
+        """A function each worker runs in its train thread before ``train_func``."""
+        return None
+
+
+class Backend:
+    """Lifecycle hooks around a worker group; every hook is a no-op by default."""
+
+    def on_start(self, worker_group: "WorkerGroup", backend_config: Any) -> None:
+        """After the workers started, before training (e.g. set up a process group)."""
+
+    def on_training_start(self, worker_group: "WorkerGroup", backend_config: Any) -> None:
+        """Right before ``train_func`` starts on the workers."""
+
+    def on_shutdown(self, worker_group: "WorkerGroup", backend_config: Any) -> None:
+        """Before the workers are stopped (best effort: a dead group skips it)."""

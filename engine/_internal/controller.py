@@ -1,0 +1,415 @@
+"""The driver loop: an explicit state machine over one training run.
+
+INITIALIZING → SCHEDULING → RUNNING → FINISHED, with RUNNING → RESTARTING → SCHEDULING on
+a retryable failure and → ERRORED when retries are exhausted. ``_step()`` performs one
+transition; decisions (retry or raise) sit behind ``FailurePolicy``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from engine import constants
+from engine._internal import storage as _storage
+from engine._internal.backend import Backend, BackendConfig
+from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.rounds import RoundTracker
+from engine._internal.run_record import RunRecord
+from engine._internal.session import ReportItem, TrainContext
+from engine._internal.worker_group import WorkerGroup
+from engine.checkpoint import Checkpoint
+from engine.config import DataConfig, RunConfig, ScalingConfig
+from engine.exceptions import (CheckpointError, TrainingFailedError, TrainyardError,
+                               WorkerError)
+from engine.result import Result
+
+logger = logging.getLogger("engine")
+
+
+class RunState(enum.Enum):
+    INITIALIZING = "INITIALIZING"
+    SCHEDULING = "SCHEDULING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunState.FINISHED, RunState.ERRORED)
+
+
+class FailureDecision(enum.Enum):
+    RETRY = "RETRY"
+    RAISE = "RAISE"
+
+
+class FailurePolicy:
+    """Retry while ``FailureConfig.max_failures`` allows."""
+
+    def __init__(self, max_failures: int) -> None:
+        self.max_failures = max_failures
+
+    def make_decision(self, error: BaseException, failures_so_far: int) -> FailureDecision:
+        if isinstance(error, _FatalError):
+            return FailureDecision.RAISE
+        if self.max_failures == -1 or failures_so_far < self.max_failures:
+            return FailureDecision.RETRY
+        return FailureDecision.RAISE
+
+
+class _FatalError(TrainyardError):
+    """A failure a retry cannot fix (e.g. uneven report() calls)."""
+
+
+@dataclass
+class RunSpec:
+    """Everything a trainer hands the controller."""
+
+    train_func: Callable
+    train_loop_config: Optional[Dict[str, Any]]
+    scaling_config: ScalingConfig
+    run_config: RunConfig
+    backend_config: BackendConfig
+    trainer_name: str = "Trainer"
+    datasets: Dict[str, Any] = field(default_factory=dict)
+    data_config: DataConfig = field(default_factory=DataConfig)
+    resume_from_checkpoint: Optional[Checkpoint] = None
+    worker_env: Dict[str, str] = field(default_factory=dict)
+    trial_info: Dict[str, Any] = field(default_factory=dict)
+
+
+class Controller:
+    """Runs one training run to a Result (or raises TrainingFailedError)."""
+
+    def __init__(self, spec: RunSpec,
+                 worker_group_cls: Callable[..., WorkerGroup] = WorkerGroup) -> None:
+        self.spec = spec
+        self.run_config = spec.run_config
+        self.worker_group_cls = worker_group_cls
+        self.failure_policy = FailurePolicy(self.run_config.failure_config.max_failures)
+        self.backend: Backend = spec.backend_config.backend_cls()
+        self.callbacks = list(self.run_config.callbacks or [])
+        self.state = RunState.INITIALIZING
+        self.name = self.run_config.name or _fresh_name(spec.trainer_name)
+        root = _storage.Storage.from_path(_default_storage(self.run_config),
+                                          self.run_config.storage_filesystem)
+        self.storage = _storage.Storage(root.fs, _storage.join(root.root, self.name))
+        self.record = RunRecord(self.storage, self.name)
+        self.manager = CheckpointManager(self.run_config.checkpoint_config)
+        self.group: Optional[WorkerGroup] = None
+        self.tracker: Optional[RoundTracker] = None
+        self._poll_refs: Dict[Any, int] = {}
+        self.failures = 0
+        self.attempt = 0
+        self.error: Optional[BaseException] = None
+        self.last_metrics: Dict[str, Any] = {}
+        self._finished_result: Optional[Result] = None
+        self._last_log = 0.0
+
+    # --- the loop --------------------------------------------------------------
+    def run(self) -> Result:
+        try:
+            while not self.state.terminal:
+                self.state = self._step()
+        except BaseException:
+            self._teardown()
+            raise
+        result = self._finished_result or self._build_result()
+        for cb in self.callbacks:
+            cb.on_run_end(result)
+        if self.state is RunState.ERRORED:
+            raise TrainingFailedError(str(self.error), result=result) from self.error
+        return result
+
+    def _step(self) -> RunState:
+        handler = {
+            RunState.INITIALIZING: self._initialize,
+            RunState.SCHEDULING: self._schedule,
+            RunState.RUNNING: self._poll,
+            RunState.RESTARTING: self._restart,
+        }[self.state]
+        return handler()
+
+    # --- states ----------------------------------------------------------------
+    def _initialize(self) -> RunState:
+        self.storage.check_writable()
+        self.record.load()
+        if self.record.state == RunState.FINISHED.value:
+            logger.info("Run %s already finished; returning its result.", self.name)
+            self.manager = CheckpointManager.from_json(
+                self.run_config.checkpoint_config, self.record.data.get("checkpoints"))
+            self._finished_result = self._build_result()
+            return RunState.FINISHED
+        self.manager = self.record.recover_checkpoints(self.run_config.checkpoint_config)
+        self.failures = int(self.record.data.get("failures", 0))
+        if not self.manager.enabled:
+            warnings.warn(
+                "CheckpointConfig(num_to_keep=0): no checkpoint is written, so "
+                "Result.checkpoint is None and a retry restarts from scratch.",
+                stacklevel=4,
+            )
+        self.record.begin(self.spec)
+        self.record.save(self.manager)
+        for cb in self.callbacks:
+            cb.on_run_start(self.name, self.spec.train_loop_config or {})
+        return RunState.SCHEDULING
+
+    def _schedule(self) -> RunState:
+        from engine._internal.ray_utils import ensure_ray
+
+        ensure_ray()
+        self.attempt += 1
+        self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env)
+        try:
+            self.group.start()
+            self.backend.on_start(self.group, self.spec.backend_config)
+            self._start_training()
+        except TrainyardError:
+            self._teardown()
+            raise
+        except Exception as exc:
+            self._teardown()
+            return self._on_failure(exc)
+        return RunState.RUNNING
+
+    def _start_training(self) -> None:
+        import ray
+
+        group = self.group
+        assert group is not None
+        latest = self.manager.latest
+        if latest is not None:
+            start_ckpt = Checkpoint(_storage.join(self.storage.root, latest.dir_name),
+                                    self.storage.fs)
+            start_ckpt.metrics = latest.metrics
+        else:
+            start_ckpt = self.spec.resume_from_checkpoint
+        start_iteration = self.record.truncate_to(latest.iteration if latest else 0)
+        shards = _make_shards(self.spec.datasets, self.spec.data_config, len(group))
+        fn_ref = ray.put(self.spec.train_func)
+        tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
+        wrapper = self.spec.backend_config.train_func_wrapper()
+        refs = []
+        for rank, (actor, meta) in enumerate(zip(group.actors, group.meta)):
+            ctx = TrainContext(
+                world_rank=rank, local_rank=meta.local_rank, world_size=len(group),
+                local_world_size=meta.local_world_size, node_rank=meta.node_rank,
+                trial_name=self.name, trial_id=self.record.trial_id,
+                experiment_name=self.name, run_dir=self.storage.display(),
+            )
+            session_args = dict(
+                context=ctx, storage=self.storage if self.manager.enabled else None,
+                attempt=tag, start_iteration=start_iteration, checkpoint=start_ckpt,
+                dataset_shards={k: v[rank] for k, v in shards.items()},
+                trial_info={"time_total_s": self.record.time_total_s},
+            )
+            refs.append(actor.start_training.remote(
+                fn_ref, self.spec.train_loop_config, session_args, wrapper))
+        ray.get(refs)
+        self.backend.on_training_start(group, self.spec.backend_config)
+        self.tracker = RoundTracker(len(group))
+        self._poll_refs = {a.poll.remote(constants.POLL_TIMEOUT_S): r
+                           for r, a in enumerate(group.actors)}
+
+    def _poll(self) -> RunState:
+        import ray
+        from ray.exceptions import RayActorError
+
+        assert self.tracker is not None and self.group is not None
+        timeout = constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S
+        ready, _ = ray.wait(list(self._poll_refs), num_returns=1, timeout=timeout)
+        if not ready:
+            return self._on_failure(WorkerError(-1, f"no worker answered a health check in "
+                                                    f"{timeout:.0f} s"))
+        ready, _ = ray.wait(list(self._poll_refs), num_returns=len(self._poll_refs), timeout=0)
+        for ref in ready:
+            rank = self._poll_refs.pop(ref)
+            try:
+                items, finished, error = ray.get(ref)
+            except RayActorError as exc:
+                return self._on_failure(WorkerError(
+                    rank, "the worker process died (killed, e.g. by SIGKILL or the OOM "
+                          f"killer, or crashed): {type(exc).__name__}"))
+            for item in items:
+                self.tracker.add(rank, item)
+            if error is not None:
+                self._process_rounds()
+                return self._on_failure(WorkerError(rank, error[0], error[1]))
+            if finished:
+                self.tracker.finish(rank)
+            else:
+                self._poll_refs[self.group.actors[rank].poll.remote(
+                    constants.POLL_TIMEOUT_S)] = rank
+        self._process_rounds()
+        mismatch = self.tracker.mismatch()
+        if mismatch:
+            return self._on_failure(_FatalError(mismatch))
+        if self.tracker.all_finished:
+            self._teardown()
+            self.record.finish(RunState.FINISHED.value, self.manager)
+            self._log(force=True)
+            return RunState.FINISHED
+        return RunState.RUNNING
+
+    def _restart(self) -> RunState:
+        self._teardown()
+        self.failures += 1
+        self.record.data["failures"] = self.failures
+        self.record.clean_staging()
+        for cb in self.callbacks:
+            cb.on_retry(self.failures)
+        logger.warning("Restarting the worker group (retry %d) from %s.", self.failures,
+                       self.manager.latest.dir_name if self.manager.latest else "scratch")
+        return RunState.SCHEDULING
+
+    def _on_failure(self, error: BaseException) -> RunState:
+        self.error = error
+        for cb in self.callbacks:
+            cb.on_failure(error)
+        decision = self.failure_policy.make_decision(error, self.failures)
+        if decision is FailureDecision.RETRY:
+            logger.warning("Training failed: %s", _first_line(error))
+            return RunState.RESTARTING
+        self._teardown()
+        self.record.finish(RunState.ERRORED.value, self.manager, error=str(error))
+        return RunState.ERRORED
+
+    # --- rounds and checkpoints -------------------------------------------------
+    def _process_rounds(self) -> None:
+        assert self.tracker is not None
+        for iteration, items in self.tracker.pop_complete():
+            metrics = dict(items[0].metrics)
+            metrics.update(self.record.driver_fields())
+            ckpt = None
+            if any(item.checkpoint_staging for item in items.values()):
+                ckpt = self._commit(iteration, items, metrics)
+            self.record.add_round(metrics, [items[r].metrics for r in sorted(items)])
+            self.last_metrics = metrics
+            all_metrics = [items[r].metrics for r in sorted(items)]
+            for cb in self.callbacks:
+                cb.on_report(metrics, all_metrics)
+                if ckpt is not None:
+                    cb.on_checkpoint(ckpt, metrics)
+            self._log()
+
+    def _commit(self, iteration: int, items: Dict[int, ReportItem],
+                metrics: Dict[str, Any]) -> Checkpoint:
+        st = self.storage
+        index = self.manager.next_index
+        dest = _storage.join(st.root, self.manager.next_dir_name())
+        taken: set = set()
+        for rank in sorted(items):
+            item = items[rank]
+            if not item.checkpoint_staging:
+                continue
+            if not taken and st.local and not st.exists(dest):
+                st.move(item.checkpoint_staging, dest)  # one rename for rank 0's files
+                taken.update(item.checkpoint_files)
+                continue
+            for rel in item.checkpoint_files:
+                if rel not in taken:
+                    st.move(_storage.join(item.checkpoint_staging, rel), _storage.join(dest, rel))
+                    taken.add(rel)
+        kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
+        marker = {"index": index, "iteration": iteration, "metrics": kept_metrics,
+                  "files": sorted(taken), "committed_at": time.time()}
+        try:
+            st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
+        except OSError as exc:
+            raise CheckpointError(f"Could not commit checkpoint {dest}: {exc}") from exc
+        staging_round = items[min(items)].checkpoint_staging
+        for item in items.values():
+            if item.checkpoint_staging:
+                staging_round = item.checkpoint_staging.rsplit("/", 1)[0]
+                break
+        st.delete_dir(staging_round)
+        dropped = self.manager.register(index, iteration, kept_metrics)
+        self.record.save(self.manager)  # the record first, then deletions
+        for old in dropped:
+            st.delete_dir(_storage.join(st.root, old.dir_name))
+        ckpt = Checkpoint(dest, st.fs)
+        ckpt.metrics = kept_metrics
+        return ckpt
+
+    # --- helpers ---------------------------------------------------------------
+    def _teardown(self) -> None:
+        if self.group is not None:
+            try:
+                self.backend.on_shutdown(self.group, self.spec.backend_config)
+            except Exception:  # a dead group cannot be shut down politely
+                pass
+            self.group.shutdown()
+            self.group = None
+        self._poll_refs = {}
+
+    def _build_result(self) -> Result:
+        st = self.storage
+
+        def to_ckpt(tracked) -> Checkpoint:
+            ckpt = Checkpoint(_storage.join(st.root, tracked.dir_name), st.fs)
+            ckpt.metrics = tracked.metrics
+            return ckpt
+
+        latest = self.manager.latest
+        metrics = dict(self.record.last_metrics() or self.last_metrics)
+        if metrics:
+            metrics["done"] = self.state is RunState.FINISHED
+        return Result(
+            metrics=metrics,
+            checkpoint=to_ckpt(latest) if latest else None,
+            best_checkpoints=[(to_ckpt(t), t.metrics) for t in self.manager.best()],
+            error=self.error if self.state is RunState.ERRORED else None,
+            path=st.display(),
+            config=self.spec.train_loop_config,
+            num_failures=self.failures,
+            history=self.record.history,
+        )
+
+    def _log(self, force: bool = False) -> None:
+        if self.run_config.verbose < 1 or not self.last_metrics:
+            return
+        now = time.time()
+        if not force and now - self._last_log < 5.0:
+            return
+        self._last_log = now
+        shown = {k: v for k, v in self.last_metrics.items() if k not in _AUTO_FIELDS}
+        logger.info("[%s] iteration %s: %s", self.name,
+                    self.last_metrics.get("training_iteration"), shown)
+
+
+_AUTO_FIELDS = {
+    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "done",
+    "hostname", "node_ip", "pid", "trial_id", "experiment_id", "experiment_tag", "config",
+    "iterations_since_restore", "time_since_restore",
+}
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _fresh_name(trainer_name: str) -> str:
+    return f"{trainer_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def _default_storage(run_config: RunConfig) -> str:
+    import os
+
+    return run_config.storage_path or os.environ.get(
+        constants.STORAGE_PATH_ENV_VAR, constants.DEFAULT_STORAGE_PATH)
+
+
+def _make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
+                 ) -> Dict[str, List[Any]]:
+    if not datasets:
+        return {}
+    from engine._internal.data import make_shards
+
+    return make_shards(datasets, data_config, n)

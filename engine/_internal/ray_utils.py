@@ -1,0 +1,34 @@
+"""Connecting to Ray: a local embedded instance by default, a cluster via RAY_ADDRESS."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from engine import constants
+
+logger = logging.getLogger(__name__)
+
+
+def ensure_ray() -> None:
+    """Start or join Ray once per process.
+
+    With ``RAY_ADDRESS`` set, joins that cluster. Otherwise starts a local instance with
+    at least ``DEFAULT_MIN_RAY_NUM_CPUS`` logical CPUs (``TRAINYARD_RAY_NUM_CPUS``
+    overrides) so that Ray Data tasks have room beside the training workers.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        return
+    num_cpus = int(os.environ.get(
+        constants.RAY_NUM_CPUS_ENV_VAR,
+        max(constants.DEFAULT_MIN_RAY_NUM_CPUS, os.cpu_count() or 1),
+    ))
+    logger.info("Starting a local Ray instance with %d logical CPUs.", num_cpus)
+    # The embedded instance serves this process only: keep it on loopback.
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+             configure_logging=False, _node_ip_address="127.0.0.1")

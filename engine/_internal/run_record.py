@@ -1,0 +1,148 @@
+"""The run record: a versioned JSON snapshot of a run, written atomically.
+
+It holds the state, the committed checkpoints with their scores, and every round's
+metrics (rank 0's and all ranks'). It is written before any old checkpoint is deleted,
+so a crash at any point leaves a record that a resume can trust; checkpoint directories
+committed after the last snapshot are adopted from their commit markers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+from engine import constants
+from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
+from engine._internal.storage import Storage, join
+from engine.config import CheckpointConfig
+
+logger = logging.getLogger("engine")
+
+
+class RunRecord:
+    def __init__(self, storage: Storage, name: str) -> None:
+        self.storage = storage
+        self.name = name
+        self.path = join(storage.root, constants.RUN_STATE_FILE)
+        self.data: Dict[str, Any] = {}
+        self.history: List[Dict[str, Any]] = []
+        self.worker_history: List[List[Dict[str, Any]]] = []
+        self.trial_id = ""
+        self.experiment_id = ""
+        self._config_json: Any = None
+
+    # --- lifecycle -------------------------------------------------------------
+    def load(self) -> None:
+        data = self.storage.read_json(self.path)
+        if data is None:
+            self.data = {"version": constants.RUN_STATE_VERSION, "name": self.name,
+                         "state": "NEW", "created_at": time.time(), "failures": 0,
+                         "experiment_id": uuid.uuid4().hex,
+                         "trial_id": f"{uuid.uuid4().hex[:5]}_00000"}
+        else:
+            if data.get("version", 0) > constants.RUN_STATE_VERSION:
+                raise RuntimeError(
+                    f"{self.path} was written by a newer trainyard (record version "
+                    f"{data['version']}); upgrade trainyard to resume this run."
+                )
+            self.data = data
+            self.history = list(data.get("history", []))
+            self.worker_history = list(data.get("worker_history", []))
+        self.trial_id = self.data["trial_id"]
+        self.experiment_id = self.data["experiment_id"]
+
+    @property
+    def state(self) -> str:
+        return self.data.get("state", "NEW")
+
+    @property
+    def time_total_s(self) -> float:
+        return float(self.history[-1].get("time_total_s", 0.0)) if self.history else 0.0
+
+    def begin(self, spec: Any) -> None:
+        self._config_json = _jsonable(spec.train_loop_config or {})
+        self.data.update(state="RUNNING", trainer=spec.trainer_name,
+                         config=self._config_json, started_at=time.time())
+
+    def driver_fields(self) -> Dict[str, Any]:
+        return {"trial_id": self.trial_id, "experiment_id": self.experiment_id,
+                "experiment_tag": "0", "config": self._config_json or {}, "done": False}
+
+    def add_round(self, metrics: Dict[str, Any], all_ranks: List[Dict[str, Any]]) -> None:
+        self.history.append({k: v for k, v in metrics.items() if k != "config"})
+        self.worker_history.append(all_ranks[1:])
+
+    def last_metrics(self) -> Optional[Dict[str, Any]]:
+        if not self.history:
+            return None
+        out = dict(self.history[-1])
+        out["config"] = self._config_json if self._config_json is not None \
+            else self.data.get("config", {})
+        return out
+
+    def truncate_to(self, iteration: int) -> int:
+        """Forget rounds after ``iteration`` (a restart redoes them); return the
+        iteration training continues from."""
+        keep = [i for i, row in enumerate(self.history)
+                if row.get("training_iteration", 0) <= iteration]
+        n = len(keep)
+        self.history = self.history[:n]
+        self.worker_history = self.worker_history[:n]
+        return iteration
+
+    # --- checkpoints -------------------------------------------------------------
+    def recover_checkpoints(self, config: CheckpointConfig) -> CheckpointManager:
+        """Trust the record, adopt committed directories it missed, drop uncommitted ones."""
+        manager = CheckpointManager.from_json(config, self.data.get("checkpoints"))
+        known = {t.dir_name for t in manager.tracked}
+        st = self.storage
+        for name in st.list_dir(st.root):
+            if not name.startswith(constants.CHECKPOINT_DIR_PREFIX):
+                continue
+            marker = st.read_json(join(st.root, name, constants.COMMIT_MARKER))
+            if marker is None:
+                logger.warning("Removing uncommitted checkpoint directory %s.", name)
+                st.delete_dir(join(st.root, name))
+            elif name not in known:
+                manager.tracked.append(TrackedCheckpoint(
+                    index=marker["index"], iteration=marker["iteration"], dir_name=name,
+                    metrics=marker.get("metrics", {})))
+                manager.next_index = max(manager.next_index, marker["index"] + 1)
+        # Checkpoints the record lists but whose marker is gone cannot be trusted.
+        manager.tracked = [t for t in manager.tracked
+                           if st.exists(join(st.root, t.dir_name, constants.COMMIT_MARKER))]
+        self.clean_staging()
+        return manager
+
+    def clean_staging(self) -> None:
+        self.storage.delete_dir(join(self.storage.root, constants.STAGING_DIR))
+
+    # --- snapshots ---------------------------------------------------------------
+    def save(self, manager: CheckpointManager) -> None:
+        self.data["checkpoints"] = manager.to_json()
+        self.data["history"] = self.history
+        self.data["worker_history"] = self.worker_history
+        self.data["updated_at"] = time.time()
+        self.storage.write_json_atomic(self.path, self.data)
+
+    def finish(self, state: str, manager: CheckpointManager, error: Optional[str] = None
+               ) -> None:
+        self.data["state"] = state
+        if error is not None:
+            self.data["error"] = error[:10_000]
+        self.save(manager)
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        json.dumps(obj)
+        return obj
+    except (TypeError, ValueError):
+        if isinstance(obj, dict):
+            return {str(k): _jsonable(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [_jsonable(v) for v in obj]
+        return repr(obj)

@@ -1,0 +1,249 @@
+"""The per-worker session: what ``report()``, ``get_checkpoint()`` and friends act on.
+
+One session lives in each worker process while ``train_func`` runs (in a thread). A
+metrics-only ``report()`` validates and enqueues, nothing more, so it never stalls the
+loop; the driver drains the queue with a long poll. A report with a checkpoint first
+writes this rank's files straight to the run's staging area in storage.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from engine import constants
+from engine._internal.storage import Storage, join
+
+_SCALARS = (int, float, bool, str, type(None))
+
+
+@dataclass
+class TrainContext:
+    """What a worker knows about its place in the group and the run."""
+
+    world_rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    trial_name: str = ""
+    trial_id: str = ""
+    experiment_name: str = ""
+    run_dir: str = ""
+
+    def get_world_rank(self) -> int:
+        return self.world_rank
+
+    def get_local_rank(self) -> int:
+        return self.local_rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+    def get_local_world_size(self) -> int:
+        return self.local_world_size
+
+    def get_node_rank(self) -> int:
+        return self.node_rank
+
+    def get_trial_name(self) -> str:
+        return self.trial_name
+
+    def get_trial_id(self) -> str:
+        return self.trial_id
+
+    def get_experiment_name(self) -> str:
+        return self.experiment_name
+
+    def get_trial_dir(self) -> str:
+        return self.run_dir
+
+
+@dataclass
+class ReportItem:
+    """One report of one rank, as sent to the driver."""
+
+    iteration: int
+    metrics: Dict[str, Any]
+    checkpoint_staging: Optional[str] = None  # storage path of this rank's staged files
+    checkpoint_files: List[str] = field(default_factory=list)
+
+
+def validate_metrics(metrics: Any, prefix: str = "") -> None:
+    """Raise TypeError naming the key whose value is not a plain JSON-able value."""
+    if not isinstance(metrics, dict):
+        raise TypeError(
+            f"report() takes a dict of metrics, got {type(metrics).__name__}: "
+            "call report({'loss': loss_value})."
+        )
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if not isinstance(key, str):
+            raise TypeError(f"report(): metric key {name!r} must be a str.")
+        _validate_value(value, name)
+
+
+def _validate_value(value: Any, name: str) -> None:
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, dict):
+        validate_metrics(value, prefix=f"{name}.")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _validate_value(item, f"{name}[{i}]")
+        return
+    hint = ""
+    if hasattr(value, "item") and hasattr(value, "shape"):
+        hint = " Convert it with .item() (a scalar) or .tolist()."
+    raise TypeError(
+        f"report(): metric {name!r} has type {type(value).__module__}."
+        f"{type(value).__name__}; metric values must be int, float, bool, str, None, or "
+        f"lists/dicts of those.{hint}"
+    )
+
+
+class TrainSession:
+    """Worker-side state of one run of ``train_func``."""
+
+    def __init__(self, context: TrainContext, storage: Optional[Storage], attempt: str,
+                 start_iteration: int = 0, checkpoint: Any = None,
+                 dataset_shards: Optional[Dict[str, Any]] = None,
+                 trial_info: Optional[Dict[str, Any]] = None) -> None:
+        self.context = context
+        self.storage = storage
+        self.attempt = attempt
+        self.iteration = start_iteration
+        self.iterations_since_restore = 0
+        self.checkpoint = checkpoint
+        self.dataset_shards = dataset_shards or {}
+        self.trial_info = trial_info or {}
+        self.queue: "queue.Queue[ReportItem]" = queue.Queue(maxsize=constants.REPORT_QUEUE_MAX)
+        self.start_time = time.time()
+        self.time_total_offset = float(self.trial_info.get("time_total_s", 0.0))
+        self._last_report_time = self.start_time
+        self._hostname = socket.gethostname()
+        self._node_ip = self.trial_info.get("node_ip", "")
+        self._pid = os.getpid()
+        self.finished = threading.Event()
+        self.error: Optional[BaseException] = None
+        self.traceback_str = ""
+        self.extra: Dict[str, Any] = {}  # per-framework state (e.g. AMP scaler)
+
+    # --- report ----------------------------------------------------------------
+    def report(self, metrics: Dict[str, Any], checkpoint: Any = None) -> None:
+        validate_metrics(metrics)
+        now = time.time()
+        self.iteration += 1
+        self.iterations_since_restore += 1
+        out = dict(metrics)
+        time_since_restore = now - self.start_time
+        out.update(
+            training_iteration=self.iteration,
+            time_this_iter_s=now - self._last_report_time,
+            time_total_s=self.time_total_offset + time_since_restore,
+            timestamp=int(now),
+            date=datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S"),
+            hostname=self._hostname,
+            node_ip=self._node_ip,
+            pid=self._pid,
+            iterations_since_restore=self.iterations_since_restore,
+            time_since_restore=time_since_restore,
+        )
+        self._last_report_time = now
+        item = ReportItem(iteration=self.iteration, metrics=out)
+        if checkpoint is not None:
+            self._stage_checkpoint(checkpoint, item)
+        self.queue.put(item)
+
+    def _stage_checkpoint(self, checkpoint: Any, item: ReportItem) -> None:
+        from engine.checkpoint import Checkpoint
+
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(
+                f"report(checkpoint=...) takes an engine.Checkpoint, got "
+                f"{type(checkpoint).__name__}: wrap a directory with "
+                "Checkpoint.from_directory(path) or a dict with Checkpoint.from_dict(d)."
+            )
+        if self.storage is None:  # checkpointing disabled (num_to_keep=0)
+            self._discard(checkpoint)
+            return
+        staging = join(self.storage.root, constants.STAGING_DIR,
+                       f"{self.attempt}_{self.iteration:06d}", f"rank_{self.context.world_rank}")
+        with checkpoint.as_directory() as local_dir:
+            item.checkpoint_files = self.storage.upload_dir(local_dir, staging)
+        item.checkpoint_staging = staging
+        self._discard(checkpoint)
+
+    @staticmethod
+    def _discard(checkpoint: Any) -> None:
+        if getattr(checkpoint, "_owned_tmp", False):
+            shutil.rmtree(checkpoint.path, ignore_errors=True)
+
+    def mark_finished(self) -> None:
+        """Called once ``train_func`` returned or raised; wakes a waiting poll."""
+        self.finished.set()
+        self.queue.put(_FINISHED)  # type: ignore[arg-type]
+
+    def drain(self, timeout: float) -> Tuple[List[ReportItem], bool]:
+        """Reports queued so far (waiting up to ``timeout`` for the first) and whether
+        ``train_func`` has ended with all of its reports drained."""
+        items: List[ReportItem] = []
+        done = False
+        try:
+            first = self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait()
+        except queue.Empty:
+            return items, False
+        pending = [first]
+        while True:
+            for item in pending:
+                if item is _FINISHED:
+                    done = True
+                else:
+                    items.append(item)
+            try:
+                pending = [self.queue.get_nowait()]
+            except queue.Empty:
+                return items, done
+
+
+_FINISHED = object()
+_session: Optional[TrainSession] = None
+_session_lock = threading.Lock()
+
+
+def init_session(session: TrainSession) -> None:
+    global _session
+    with _session_lock:
+        _session = session
+
+
+def shutdown_session() -> None:
+    global _session
+    with _session_lock:
+        _session = None
+
+
+def get_session() -> Optional[TrainSession]:
+    return _session
+
+
+def require_session(fn_name: str) -> TrainSession:
+    if _session is None:
+        raise RuntimeError(
+            f"engine.{fn_name}() can only be called inside a training function run by a "
+            "trainer (e.g. TorchTrainer(train_func).fit())."
+        )
+    return _session
+
+
+def is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -1,0 +1,111 @@
+"""The worker actor: runs ``train_func`` in a thread and hands reports to the driver."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+import threading
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from engine._internal import session as _session
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (unit tests)
+        return "127.0.0.1"
+
+
+def _call_train_func(train_func: Callable, config: Optional[Dict[str, Any]]) -> Any:
+    try:
+        params = inspect.signature(train_func).parameters
+    except (TypeError, ValueError):
+        params = {"config": None}
+    if len(params) == 0:
+        return train_func()
+    return train_func(config if config is not None else {})
+
+
+class TrainWorker:
+    """One training process. Wrapped with ``ray.remote`` by the worker group."""
+
+    def __init__(self) -> None:
+        self._session: Optional[_session.TrainSession] = None
+        self._thread: Optional[threading.Thread] = None
+        self._done = False
+        self._error: Optional[Tuple[str, str]] = None
+
+    # --- introspection and generic execution -------------------------------------
+    def node_info(self) -> Dict[str, Any]:
+        gpu_ids: List[str] = []
+        try:
+            import ray
+
+            gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+            node_id = ray.get_runtime_context().get_node_id()
+        except Exception:
+            node_id = "local"
+        return {"node_id": node_id, "node_ip": _node_ip(), "hostname": socket.gethostname(),
+                "pid": os.getpid(), "gpu_ids": gpu_ids}
+
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def set_env(self, env: Dict[str, str]) -> None:
+        os.environ.update({k: str(v) for k, v in env.items()})
+
+    def free_port(self) -> Tuple[str, int]:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return _node_ip(), s.getsockname()[1]
+
+    # --- training ----------------------------------------------------------------
+    def start_training(self, train_func: Callable, config: Optional[Dict[str, Any]],
+                       session_args: Dict[str, Any],
+                       before_train: Optional[Callable[[], None]] = None) -> None:
+        session = _session.TrainSession(**session_args)
+        self._session = session
+        session._node_ip = _node_ip()
+        _session.init_session(session)
+
+        def run() -> None:
+            try:
+                if before_train is not None:
+                    before_train()
+                _call_train_func(train_func, config)
+            except BaseException as exc:  # noqa: BLE001 - reported to the driver
+                session.error = exc
+                session.traceback_str = traceback.format_exc()
+            finally:
+                session.mark_finished()
+
+        self._thread = threading.Thread(target=run, name="trainyard-train", daemon=True)
+        self._thread.start()
+
+    def poll(self, timeout: float
+             ) -> Tuple[List[_session.ReportItem], bool, Optional[Tuple[str, str]]]:
+        """Reports queued since the last poll, whether training ended, and its error.
+
+        Waits up to ``timeout`` for something to happen, so the driver's loop is a long
+        poll that costs nothing while training runs.
+        """
+        session = self._session
+        if session is None:
+            return [], False, None
+        if self._done:
+            return [], True, self._error
+        items, done = session.drain(timeout)
+        if done:
+            self._done = True
+            if session.error is not None:
+                exc = session.error
+                self._error = (f"{type(exc).__name__}: {exc}", session.traceback_str)
+        return items, self._done, self._error
+
+    def shutdown(self) -> None:
+        _session.shutdown_session()

@@ -1,0 +1,153 @@
+"""N worker actors gang-scheduled in one placement group."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List
+
+from engine import constants
+from engine.config import ScalingConfig
+from engine.exceptions import WorkerGroupStartupError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerMeta:
+    node_id: str
+    node_ip: str
+    hostname: str
+    pid: int
+    gpu_ids: List[str]
+    world_rank: int = 0
+    local_rank: int = 0
+    local_world_size: int = 1
+    node_rank: int = 0
+
+
+class WorkerGroup:
+    """Starts, addresses and stops the training actors of one attempt."""
+
+    def __init__(self, scaling: ScalingConfig, env: Dict[str, str] | None = None) -> None:
+        self.scaling = scaling
+        self.env = dict(env or {})
+        self.actors: List[Any] = []
+        self.meta: List[WorkerMeta] = []
+        self.placement_group = None
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def start(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from engine._internal.worker import TrainWorker
+
+        self._check_resources()
+        bundles = [self.scaling.worker_resources for _ in range(self.scaling.num_workers)]
+        self.placement_group = placement_group(bundles, strategy=self.scaling.placement_strategy)
+        timeout = float(os.environ.get(constants.PLACEMENT_GROUP_TIMEOUT_ENV_VAR,
+                                       constants.DEFAULT_PLACEMENT_GROUP_TIMEOUT_S))
+        ready, _ = ray.wait([self.placement_group.ready()], timeout=timeout)
+        if not ready:
+            self.shutdown()
+            raise WorkerGroupStartupError(
+                f"The cluster could not place {self.scaling.num_workers} workers of "
+                f"{self.scaling.worker_resources} ({self.scaling.placement_strategy}) within "
+                f"{timeout:.0f} s. Lower ScalingConfig(num_workers=...) or "
+                "resources_per_worker, or add nodes; set "
+                f"{constants.PLACEMENT_GROUP_TIMEOUT_ENV_VAR} to wait longer."
+            )
+        res = self.scaling.worker_resources
+        remote_cls = ray.remote(TrainWorker)
+        runtime_env = {"env_vars": self.env} if self.env else None
+        for i in range(self.scaling.num_workers):
+            opts: Dict[str, Any] = dict(
+                num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0),
+                resources={k: v for k, v in res.items() if k not in ("CPU", "GPU")},
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=i),
+                max_concurrency=4, max_restarts=0,
+            )
+            if runtime_env:
+                opts["runtime_env"] = runtime_env
+            self.actors.append(remote_cls.options(**opts).remote())
+        try:
+            infos = ray.get([a.node_info.remote() for a in self.actors])
+        except Exception as exc:
+            self.shutdown()
+            raise WorkerGroupStartupError(
+                f"Training workers failed to start: {exc}"
+            ) from exc
+        self._assign_ranks(infos)
+
+    def _check_resources(self) -> None:
+        import ray
+
+        if os.environ.get("RAY_ADDRESS"):
+            return  # an autoscaling cluster may add nodes: the placement timeout decides
+        total = ray.cluster_resources()
+        need = self.scaling.worker_resources
+        for key, per_worker in need.items():
+            have = total.get(key, 0.0)
+            if per_worker * self.scaling.num_workers > have + 1e-9:
+                hint = ("set use_gpu=False or run on a machine with GPUs" if key == "GPU"
+                        else f"lower num_workers or resources_per_worker, or start Ray with "
+                             f"more logical CPUs ({constants.RAY_NUM_CPUS_ENV_VAR}=N)")
+                raise WorkerGroupStartupError(
+                    f"ScalingConfig asks for {self.scaling.num_workers} workers × "
+                    f"{per_worker:g} {key} but this Ray cluster has {have:g} {key} in all: "
+                    f"{hint}."
+                )
+
+    def _assign_ranks(self, infos: List[Dict[str, Any]]) -> None:
+        node_order: List[str] = []
+        for info in infos:
+            if info["node_id"] not in node_order:
+                node_order.append(info["node_id"])
+        order = sorted(range(len(infos)), key=lambda i: (node_order.index(infos[i]["node_id"]), i))
+        self.actors = [self.actors[i] for i in order]
+        metas = [WorkerMeta(**infos[i]) for i in order]
+        per_node: Dict[str, int] = {}
+        for rank, meta in enumerate(metas):
+            meta.world_rank = rank
+            meta.local_rank = per_node.get(meta.node_id, 0)
+            per_node[meta.node_id] = meta.local_rank + 1
+            meta.node_rank = node_order.index(meta.node_id)
+        for meta in metas:
+            meta.local_world_size = per_node[meta.node_id]
+        self.meta = metas
+
+    def execute_async(self, fn: Callable, *args: Any, **kwargs: Any) -> List[Any]:
+        return [a.execute.remote(fn, *args, **kwargs) for a in self.actors]
+
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> List[Any]:
+        import ray
+
+        return ray.get(self.execute_async(fn, *args, **kwargs))
+
+    def execute_single(self, rank: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(self.actors[rank].execute.remote(fn, *args, **kwargs))
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already dead
+                pass
+        self.actors = []
+        if self.placement_group is not None:
+            try:
+                remove_placement_group(self.placement_group)
+            except Exception:
+                pass
+            self.placement_group = None

@@ -1,0 +1,140 @@
+"""Checkpoint: a directory of files, on local disk or in storage.
+
+A checkpoint is code-equivalent when it holds pickles: ``to_dict()`` unpickles, so load
+only checkpoints you trust. The driver never unpickles a payload unless asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import tempfile
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import pyarrow.fs as pafs
+
+from engine import constants
+from engine._internal import storage as _storage
+from engine.exceptions import CheckpointError
+
+
+class Checkpoint:
+    """A directory of files that together hold a model's state.
+
+    Create one with :meth:`from_directory` or :meth:`from_dict`; read one with
+    :meth:`as_directory`, :meth:`to_directory` or :meth:`to_dict`.
+
+    Args:
+        path: Local path or URI of the directory.
+        filesystem: The ``pyarrow.fs`` filesystem holding ``path`` (inferred if None).
+    """
+
+    def __init__(self, path: str, filesystem: Optional[pafs.FileSystem] = None) -> None:
+        self._uri = os.fspath(path)
+        if filesystem is None:
+            filesystem, inner = _storage.resolve(self._uri)
+        else:
+            inner = _storage.resolve(self._uri, filesystem)[1]
+        self.filesystem = filesystem
+        self.path = inner
+        self._owned_tmp = False  # a temp dir made by from_dict, removed after upload
+        self.metrics: Optional[Dict[str, Any]] = None
+
+    # --- constructors ----------------------------------------------------------
+    @classmethod
+    def from_directory(cls, path: str) -> "Checkpoint":
+        """A checkpoint of an existing local directory (or a URI)."""
+        path = os.fspath(path)
+        if not _storage.is_uri(path):
+            path = os.path.abspath(os.path.expanduser(path))
+            if not os.path.isdir(path):
+                raise CheckpointError(
+                    f"Checkpoint.from_directory({path!r}): no such directory. Save your files "
+                    "into a directory first, then pass that directory."
+                )
+        return cls(path)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Checkpoint":
+        """A checkpoint holding a pickled dict (small state, e.g. epoch and weights)."""
+        if not isinstance(data, dict):
+            raise CheckpointError(
+                f"Checkpoint.from_dict expects a dict, got {type(data).__name__}."
+            )
+        tmp = tempfile.mkdtemp(prefix="trainyard_ckpt_")
+        with open(os.path.join(tmp, constants.DICT_CHECKPOINT_FILE), "wb") as f:
+            pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+        ckpt = cls(tmp)
+        ckpt._owned_tmp = True
+        return ckpt
+
+    # --- readers ---------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        return _storage.is_local(self.filesystem)
+
+    @property
+    def uri(self) -> str:
+        """Where the checkpoint lives: a local path or a URI without credentials."""
+        if self.is_local:
+            return self.path
+        return _storage.Storage(self.filesystem, self.path).display()
+
+    def to_directory(self, path: Optional[str] = None) -> str:
+        """Copy the checkpoint's files into a local directory and return its path."""
+        target = path or tempfile.mkdtemp(prefix="trainyard_ckpt_")
+        os.makedirs(target, exist_ok=True)
+        _storage.Storage(self.filesystem, self.path).download_dir(self.path, target)
+        return target
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """A local directory with the checkpoint's files, for reading only.
+
+        A local checkpoint is given in place; a remote one is downloaded to a temporary
+        directory that is removed afterwards.
+        """
+        if self.is_local:
+            yield self.path
+            return
+        tmp = self.to_directory()
+        try:
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Unpickle a checkpoint made by :meth:`from_dict` (trusted checkpoints only)."""
+        storage = _storage.Storage(self.filesystem, self.path)
+        dict_file = _storage.join(self.path, constants.DICT_CHECKPOINT_FILE)
+        if not storage.exists(dict_file):
+            raise CheckpointError(
+                f"Checkpoint {self.uri!r} holds no {constants.DICT_CHECKPOINT_FILE}: it was "
+                "not made by Checkpoint.from_dict. Read its files with as_directory()."
+            )
+        return pickle.loads(storage.read_bytes(dict_file))
+
+    def get_internal_representation(self) -> Tuple[str, str]:
+        """``("local_path", path)`` or ``("uri", uri)``, as in the seed pages."""
+        return ("local_path", self.path) if self.is_local else ("uri", self.uri)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    def __reduce__(self):
+        return (_rebuild, (self.path, self.filesystem, self.metrics))
+
+
+def _rebuild(path: str, filesystem: pafs.FileSystem, metrics: Optional[Dict[str, Any]]
+             ) -> Checkpoint:
+    ckpt = Checkpoint(path, filesystem)
+    ckpt.metrics = metrics
+    return ckpt

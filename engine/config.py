@@ -1,0 +1,224 @@
+"""User-facing configuration objects: scaling, run, checkpoint, failure and data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
+
+from engine.exceptions import ConfigError
+
+_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+_SCORE_ORDERS = ("max", "min")
+
+
+@dataclass
+class ScalingConfig:
+    """How many workers to run and what each one gets.
+
+    Args:
+        num_workers: Number of training workers (Ray actors), at least 1.
+        use_gpu: Give each worker one GPU (unless ``resources_per_worker`` says more).
+        resources_per_worker: Ray resources per worker, e.g. ``{"CPU": 2}``.
+            Defaults to 1 CPU (plus 1 GPU with ``use_gpu``).
+        trainer_resources: Resources reserved for the driver-side trainer bundle.
+            Defaults to none: the driver loop runs in your process.
+        placement_strategy: Ray placement strategy of the worker group:
+            ``PACK`` (default), ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: Optional[Dict[str, float]] = None
+    trainer_resources: Optional[Dict[str, float]] = None
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) \
+                or self.num_workers < 1:
+            raise ConfigError(
+                f"ScalingConfig(num_workers={self.num_workers!r}) is invalid: "
+                "set num_workers to an integer >= 1 (e.g. ScalingConfig(num_workers=2))."
+            )
+        strategy = str(self.placement_strategy).upper()
+        if strategy not in _PLACEMENT_STRATEGIES:
+            raise ConfigError(
+                f"ScalingConfig(placement_strategy={self.placement_strategy!r}) is unknown: "
+                f"use one of {', '.join(_PLACEMENT_STRATEGIES)}."
+            )
+        self.placement_strategy = strategy
+        for name in ("resources_per_worker", "trainer_resources"):
+            res = getattr(self, name)
+            if res is None:
+                continue
+            if not isinstance(res, dict):
+                raise ConfigError(f"ScalingConfig({name}=...) must be a dict like {{'CPU': 1}}.")
+            for key, value in res.items():
+                if not isinstance(value, (int, float)) or value < 0:
+                    raise ConfigError(
+                        f"ScalingConfig({name}={{{key!r}: {value!r}}}) is invalid: "
+                        "resource amounts must be numbers >= 0."
+                    )
+        gpus = (self.resources_per_worker or {}).get("GPU", 0)
+        if gpus and not self.use_gpu:
+            raise ConfigError(
+                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}) asks for "
+                "GPUs but use_gpu=False: set use_gpu=True, or drop 'GPU' from "
+                "resources_per_worker."
+            )
+
+    @property
+    def worker_resources(self) -> Dict[str, float]:
+        """The Ray resources of one worker's bundle."""
+        res = dict(self.resources_per_worker or {})
+        res.setdefault("CPU", 1)
+        if self.use_gpu:
+            res.setdefault("GPU", 1)
+        return {k: float(v) for k, v in res.items() if v}
+
+    @property
+    def total_resources(self) -> Dict[str, float]:
+        total: Dict[str, float] = {}
+        for key, value in self.worker_resources.items():
+            total[key] = total.get(key, 0.0) + value * self.num_workers
+        for key, value in (self.trainer_resources or {}).items():
+            total[key] = total.get(key, 0.0) + float(value)
+        return total
+
+
+@dataclass
+class CheckpointConfig:
+    """Which checkpoints to keep.
+
+    Args:
+        num_to_keep: Keep this many best checkpoints (plus the latest until a newer one
+            arrives). ``None`` keeps all; ``0`` writes none.
+        checkpoint_score_attribute: Metric ranking checkpoints; ``None`` ranks by age.
+        checkpoint_score_order: ``"max"`` or ``"min"``.
+    """
+
+    num_to_keep: Optional[int] = None
+    checkpoint_score_attribute: Optional[str] = None
+    checkpoint_score_order: str = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and (
+            not isinstance(self.num_to_keep, int) or self.num_to_keep < 0
+        ):
+            raise ConfigError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep!r}) is invalid: use None "
+                "(keep all), 0 (write none) or a positive integer."
+            )
+        if self.checkpoint_score_order not in _SCORE_ORDERS:
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) "
+                "is unknown: use 'max' or 'min'."
+            )
+
+
+@dataclass
+class FailureConfig:
+    """How many times to restart the worker group after a failure.
+
+    Args:
+        max_failures: Retries before ``fit()`` raises; ``-1`` retries forever,
+            ``0`` fails at the first error.
+        fail_fast: Accepted for compatibility; same as ``max_failures=0`` when True.
+    """
+
+    max_failures: int = 0
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise ConfigError(
+                f"FailureConfig(max_failures={self.max_failures!r}) is invalid: use -1 "
+                "(retry forever), 0 (fail at once) or a positive number of retries."
+            )
+        if self.fail_fast:
+            self.max_failures = 0
+
+    def allows_retry(self, failures_so_far: int) -> bool:
+        return self.max_failures == -1 or failures_so_far < self.max_failures
+
+
+@dataclass
+class RunConfig:
+    """Where and how a run is recorded.
+
+    Args:
+        name: Run name; re-running ``fit()`` with the same name and storage resumes the
+            run. Defaults to a fresh unique name per ``fit()``.
+        storage_path: Local absolute path or URI (``s3://bucket/prefix``,
+            ``memory://``) holding run directories. Defaults to
+            ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``.
+        checkpoint_config: Checkpoint retention.
+        failure_config: Retries.
+        callbacks: Driver-side callbacks.
+        verbose: 0 silent, 1 a line per report, 2 more detail.
+        storage_filesystem: A ``pyarrow.fs.FileSystem`` to use instead of one inferred
+            from ``storage_path`` (e.g. S3 with an ``endpoint_override``).
+    """
+
+    name: Optional[str] = None
+    storage_path: Optional[str] = None
+    checkpoint_config: Optional[CheckpointConfig] = None
+    failure_config: Optional[FailureConfig] = None
+    callbacks: Optional[List[Any]] = None
+    verbose: int = 1
+    storage_filesystem: Any = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_config is None:
+            self.checkpoint_config = CheckpointConfig()
+        if self.failure_config is None:
+            self.failure_config = FailureConfig()
+        if self.callbacks is None:
+            self.callbacks = []
+        if self.name is not None:
+            if not isinstance(self.name, str) or not self.name.strip() \
+                    or "/" in self.name or self.name in (".", ".."):
+                raise ConfigError(
+                    f"RunConfig(name={self.name!r}) is invalid: use a non-empty name "
+                    "without '/'."
+                )
+
+
+@dataclass
+class DataConfig:
+    """Which datasets are split across workers.
+
+    Args:
+        datasets_to_split: ``"all"`` or a list of dataset names; the others are given
+            whole to every worker (the usual choice for validation).
+    """
+
+    datasets_to_split: Union[str, List[str]] = "all"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.datasets_to_split, str) and self.datasets_to_split != "all":
+            raise ConfigError(
+                f"DataConfig(datasets_to_split={self.datasets_to_split!r}) is invalid: use "
+                "'all' or a list of dataset names."
+            )
+
+    def should_split(self, name: str) -> bool:
+        return self.datasets_to_split == "all" or name in self.datasets_to_split
+
+
+def score_is_better(a: float, b: float, order: str) -> bool:
+    """True when score ``a`` ranks above ``b``; NaN always ranks worst."""
+    if isinstance(a, float) and math.isnan(a):
+        return False
+    if isinstance(b, float) and math.isnan(b):
+        return True
+    return a > b if order == "max" else a < b
+
+
+__all__ = [
+    "ScalingConfig",
+    "RunConfig",
+    "CheckpointConfig",
+    "FailureConfig",
+    "DataConfig",
+]

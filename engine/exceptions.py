@@ -1,0 +1,52 @@
+"""The engine's exceptions: one root, specific subclasses, messages that say what to do."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class TrainyardError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+
+class ConfigError(TrainyardError, ValueError):
+    """A config object was given a value it cannot work with."""
+
+
+class StorageError(TrainyardError):
+    """Storage for checkpoints and run records cannot be used."""
+
+
+class CheckpointError(TrainyardError):
+    """A checkpoint could not be written, committed or read."""
+
+
+class WorkerGroupStartupError(TrainyardError):
+    """The worker group could not be started (resources, placement, backend setup)."""
+
+
+class WorkerError(TrainyardError):
+    """A worker raised or died. Pickles across actors (plain args only)."""
+
+    def __init__(self, rank: int, message: str, traceback_str: str = "") -> None:
+        super().__init__(rank, message, traceback_str)
+        self.rank = rank
+        self.message = message
+        self.traceback_str = traceback_str
+
+    def __str__(self) -> str:
+        text = f"Worker rank {self.rank} failed: {self.message}"
+        if self.traceback_str:
+            text += f"\n\nRemote traceback (rank {self.rank}):\n{self.traceback_str}"
+        return text
+
+
+class TrainingFailedError(TrainyardError):
+    """Training failed and retries are exhausted; ``.result`` holds the partial Result."""
+
+    def __init__(self, message: str, result: Optional[Any] = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self):  # keep `.result` when pickled across processes
+        return (type(self), (self.args[0], self.result))

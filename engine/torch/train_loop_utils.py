@@ -1,0 +1,208 @@
+"""Helpers used inside ``train_func``: device, DDP, samplers, AMP and reproducibility."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import warnings
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+from engine._internal.session import get_session
+
+logger = logging.getLogger("engine")
+
+
+def _state() -> dict:
+    session = get_session()
+    return session.extra if session is not None else _LOCAL_STATE
+
+
+_LOCAL_STATE: dict = {}
+
+
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def get_device() -> torch.device:
+    """The device this worker trains on: its GPU with ``use_gpu=True``, else the CPU."""
+    if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
+        own = os.environ.get("TRAINYARD_OWN_GPU_INDEX")
+        index = int(own) if own is not None else 0
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def prepare_model(model: torch.nn.Module, move_to_device: bool = True,
+                  wrap_ddp: bool = True, ddp_kwargs: Optional[dict] = None
+                  ) -> torch.nn.Module:
+    """Move ``model`` to this worker's device and wrap it in DDP when world size > 1.
+
+    With ``accelerate(amp=True)`` the forward pass runs under autocast and returns
+    float32 outputs, so losses are computed in full precision.
+    """
+    device = get_device()
+    if move_to_device:
+        model = model.to(device)
+    if _state().get("amp"):
+        _autocast_forward(model, device)
+    if wrap_ddp and _world_size() > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        kwargs = dict(ddp_kwargs or {})
+        if device.type == "cuda":
+            kwargs.setdefault("device_ids", [device.index])
+            kwargs.setdefault("output_device", device.index)
+        model = DistributedDataParallel(model, **kwargs)
+    return model
+
+
+def _autocast_forward(model: torch.nn.Module, device: torch.device) -> None:
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    original = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            out = original(*args, **kwargs)
+        return _to_float32(out)
+
+    model.forward = forward  # type: ignore[method-assign]
+
+
+def _to_float32(out: Any) -> Any:
+    if isinstance(out, torch.Tensor) and out.is_floating_point():
+        return out.float()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_to_float32(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _to_float32(v) for k, v in out.items()}
+    return out
+
+
+class _DeviceLoader:
+    """Iterates a DataLoader, moving batches to a device and advancing sampler epochs."""
+
+    def __init__(self, loader: DataLoader, device: torch.device) -> None:
+        self._loader = loader
+        self._device = device
+        self._epoch = 0
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __iter__(self):
+        sampler = getattr(self._loader, "sampler", None)
+        if isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(self._epoch)
+        self._epoch += 1
+        for batch in self._loader:
+            yield _move(batch, self._device)
+
+
+def _move(batch: Any, device: torch.device) -> Any:
+    if device.type == "cpu":
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_move(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _move(v, device) for k, v in batch.items()}
+    return batch
+
+
+def prepare_data_loader(data_loader: DataLoader, add_dist_sampler: bool = True,
+                        move_to_device: bool = True) -> Any:
+    """Give the loader a DistributedSampler (each rank a disjoint part, reshuffled each
+    epoch when the loader shuffled) and move its batches to this worker's device."""
+    world = _world_size()
+    if add_dist_sampler and world > 1 and not isinstance(data_loader.sampler,
+                                                         DistributedSampler):
+        shuffle = isinstance(data_loader.sampler, RandomSampler)
+        sampler = DistributedSampler(data_loader.dataset, num_replicas=world,
+                                     rank=dist.get_rank(), shuffle=shuffle)
+        data_loader = DataLoader(
+            data_loader.dataset, batch_size=data_loader.batch_size, sampler=sampler,
+            num_workers=data_loader.num_workers, collate_fn=data_loader.collate_fn,
+            pin_memory=data_loader.pin_memory, drop_last=data_loader.drop_last,
+            timeout=data_loader.timeout, worker_init_fn=data_loader.worker_init_fn,
+            generator=data_loader.generator,
+        )
+    return _DeviceLoader(data_loader, get_device() if move_to_device else torch.device("cpu"))
+
+
+def accelerate(amp: bool = False) -> None:
+    """Turn on automatic mixed precision for ``prepare_model``/``prepare_optimizer``/
+    ``backward``. Call it first in ``train_func``. On CPU it uses bfloat16 autocast."""
+    if not amp:
+        return
+    device = get_device()
+    available = getattr(torch.amp, "is_autocast_available", lambda _d: True)(device.type)
+    if not available:
+        warnings.warn(f"AMP is not available on {device.type}; training in full precision.")
+        return
+    _state()["amp"] = True
+
+
+class _ScaledOptimizer:
+    """An optimizer whose ``step`` goes through a GradScaler (float16 on CUDA)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def step(self, closure: Any = None) -> Any:
+        if closure is not None:
+            raise ValueError("AMP optimizers do not take a closure.")
+        out = self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> Any:
+    """Wrap the optimizer for AMP (a GradScaler on CUDA; bfloat16 on CPU needs none)."""
+    state = _state()
+    if state.get("amp") and get_device().type == "cuda":
+        scaler = torch.amp.GradScaler("cuda")
+        state["scaler"] = scaler
+        return _ScaledOptimizer(optimizer, scaler)
+    return optimizer
+
+
+def backward(tensor: torch.Tensor) -> None:
+    """``loss.backward()``, scaled when AMP uses a GradScaler."""
+    scaler = _state().get("scaler")
+    if scaler is not None:
+        scaler.scale(tensor).backward()
+    else:
+        tensor.backward()
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Seed torch, numpy and random, and make torch pick deterministic algorithms.
+
+    The same seed and data give the same weights run after run on the same hardware;
+    it cannot make different hardware or library versions agree.
+    """
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False

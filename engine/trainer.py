@@ -1,0 +1,96 @@
+"""Trainers: ``BaseTrainer`` and the ``DataParallelTrainer`` every framework builds on."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Optional
+
+from engine._internal.backend import BackendConfig
+from engine._internal.controller import Controller, RunSpec
+from engine.checkpoint import Checkpoint
+from engine.config import DataConfig, RunConfig, ScalingConfig
+from engine.exceptions import ConfigError
+from engine.result import Result
+
+logger = logging.getLogger("engine")
+
+
+class BaseTrainer:
+    """A trainer runs a training job and returns a :class:`Result` from ``fit()``."""
+
+    def fit(self) -> Result:
+        raise NotImplementedError
+
+
+class DataParallelTrainer(BaseTrainer):
+    """Runs ``train_loop_per_worker`` on ``num_workers`` Ray actors.
+
+    Args:
+        train_loop_per_worker: ``f(config)`` or ``f()``, run on every worker.
+        train_loop_config: The ``config`` passed to it.
+        scaling_config: Number of workers and their resources.
+        run_config: Name, storage, checkpoint retention, retries, callbacks.
+        backend_config: Framework setup done before the loop starts.
+        datasets: Name → ``ray.data.Dataset``, pandas DataFrame or Parquet/CSV path;
+            read on the workers with ``get_dataset_shard(name)``.
+        dataset_config: Which datasets are split across workers.
+        resume_from_checkpoint: Given to ``get_checkpoint()`` when the run has none yet.
+        metadata: Free-form JSON-able dict kept with the run.
+
+    Raises (from ``fit``):
+        TrainingFailedError: a worker failed and retries are exhausted.
+    """
+
+    _default_backend_config: Callable[[], BackendConfig] = BackendConfig
+
+    def __init__(self, train_loop_per_worker: Callable, *,
+                 train_loop_config: Optional[Dict[str, Any]] = None,
+                 scaling_config: Optional[ScalingConfig] = None,
+                 run_config: Optional[RunConfig] = None,
+                 backend_config: Optional[BackendConfig] = None,
+                 datasets: Optional[Dict[str, Any]] = None,
+                 dataset_config: Optional[DataConfig] = None,
+                 resume_from_checkpoint: Optional[Checkpoint] = None,
+                 metadata: Optional[Dict[str, Any]] = None) -> None:
+        if not callable(train_loop_per_worker):
+            raise ConfigError(
+                f"train_loop_per_worker must be a function, got "
+                f"{type(train_loop_per_worker).__name__}."
+            )
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise ConfigError("train_loop_config must be a dict (it becomes `config`).")
+        if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint,
+                                                                 Checkpoint):
+            raise ConfigError(
+                "resume_from_checkpoint must be an engine.Checkpoint (e.g. result.checkpoint)."
+            )
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.backend_config = backend_config or self._default_backend_config()
+        self.datasets = dict(datasets or {})
+        self.dataset_config = dataset_config or DataConfig()
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self.metadata = metadata or {}
+
+    def _worker_env(self) -> Dict[str, str]:
+        return {}
+
+    def _run_spec(self) -> RunSpec:
+        return RunSpec(
+            train_func=self.train_loop_per_worker,
+            train_loop_config=self.train_loop_config,
+            scaling_config=self.scaling_config,
+            run_config=self.run_config,
+            backend_config=self.backend_config,
+            trainer_name=type(self).__name__,
+            datasets=self.datasets,
+            data_config=self.dataset_config,
+            resume_from_checkpoint=self.resume_from_checkpoint,
+            worker_env=self._worker_env(),
+        )
+
+    def fit(self) -> Result:
+        """Run training to the end and return its :class:`Result`."""
+        return Controller(self._run_spec()).run()

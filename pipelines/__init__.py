@@ -1,0 +1,1 @@
+"""Model and pipeline definitions that tasks, flows and DAGs run."""
