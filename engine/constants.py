@@ -25,6 +25,9 @@ POLL_TIMEOUT_S = 0.5
 HEALTH_CHECK_TIMEOUT_ENV_VAR = "TRAINYARD_HEALTH_CHECK_TIMEOUT_S"
 DEFAULT_HEALTH_CHECK_TIMEOUT_S = 60.0
 
+# Seconds finished workers get to exit on their own before they are killed.
+GRACEFUL_EXIT_TIMEOUT_S = 2.0
+
 # Reports a worker may queue before report() blocks (back-pressure on a slow driver).
 REPORT_QUEUE_MAX = 10_000
 

@@ -166,7 +166,8 @@ class Controller:
 
         ensure_ray()
         self.attempt += 1
-        self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env)
+        self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env,
+                                           needs_data_cpus=bool(self.spec.datasets))
         try:
             self.group.start()
             self.backend.on_start(self.group, self.spec.backend_config)
@@ -240,7 +241,7 @@ class Controller:
             for item in items:
                 self.tracker.add(rank, item)
             if error is not None:
-                self._process_rounds()
+                self._drain_healthy()
                 return self._on_failure(WorkerError(rank, error[0], error[1]))
             if finished:
                 self.tracker.finish(rank)
@@ -252,11 +253,30 @@ class Controller:
         if mismatch:
             return self._on_failure(_FatalError(mismatch))
         if self.tracker.all_finished:
-            self._teardown()
+            self._teardown(graceful=True)
+            self.record.clean_staging()
             self.record.finish(RunState.FINISHED.value, self.manager)
             self._log(force=True)
             return RunState.FINISHED
         return RunState.RUNNING
+
+    def _drain_healthy(self) -> None:
+        """After a failure, collect what the other ranks already reported, so rounds
+        they completed before it still count."""
+        import ray
+
+        assert self.tracker is not None
+        refs = list(self._poll_refs)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=constants.POLL_TIMEOUT_S * 2)
+        for ref in ready:
+            rank = self._poll_refs.pop(ref)
+            try:
+                items, _finished, _error = ray.get(ref)
+            except Exception:  # that worker is gone too
+                continue
+            for item in items:
+                self.tracker.add(rank, item)
+        self._process_rounds()
 
     def _restart(self) -> RunState:
         self._teardown()
@@ -278,6 +298,7 @@ class Controller:
             logger.warning("Training failed: %s", _first_line(error))
             return RunState.RESTARTING
         self._teardown()
+        self.record.clean_staging()
         self.record.finish(RunState.ERRORED.value, self.manager, error=str(error))
         return RunState.ERRORED
 
@@ -339,13 +360,13 @@ class Controller:
         return ckpt
 
     # --- helpers ---------------------------------------------------------------
-    def _teardown(self) -> None:
+    def _teardown(self, graceful: bool = False) -> None:
         if self.group is not None:
             try:
                 self.backend.on_shutdown(self.group, self.spec.backend_config)
             except Exception:  # a dead group cannot be shut down politely
                 pass
-            self.group.shutdown()
+            self.group.shutdown(graceful=graceful)
             self.group = None
         self._poll_refs = {}
 

@@ -30,8 +30,10 @@ class WorkerMeta:
 class WorkerGroup:
     """Starts, addresses and stops the training actors of one attempt."""
 
-    def __init__(self, scaling: ScalingConfig, env: Dict[str, str] | None = None) -> None:
+    def __init__(self, scaling: ScalingConfig, env: Dict[str, str] | None = None,
+                 needs_data_cpus: bool = False) -> None:
         self.scaling = scaling
+        self.needs_data_cpus = needs_data_cpus
         self.env = dict(env or {})
         self.actors: List[Any] = []
         self.meta: List[WorkerMeta] = []
@@ -103,6 +105,16 @@ class WorkerGroup:
                     f"{per_worker:g} {key} but this Ray cluster has {have:g} {key} in all: "
                     f"{hint}."
                 )
+        spare = total.get("CPU", 0.0) - need.get("CPU", 0.0) * self.scaling.num_workers
+        if self.needs_data_cpus and spare < 1:
+            raise WorkerGroupStartupError(
+                f"The workers take all {total.get('CPU', 0):g} CPUs of this Ray instance and "
+                "leave none for Ray Data to read the datasets, so training would wait "
+                "forever. Start Ray with more logical CPUs before creating datasets "
+                "(ray.init(num_cpus=4), or let trainyard start it: "
+                f"{constants.RAY_NUM_CPUS_ENV_VAR}=4), or give workers less: "
+                "ScalingConfig(resources_per_worker={'CPU': 0.5})."
+            )
 
     def _assign_ranks(self, infos: List[Dict[str, Any]]) -> None:
         node_order: List[str] = []
@@ -135,10 +147,15 @@ class WorkerGroup:
 
         return ray.get(self.actors[rank].execute.remote(fn, *args, **kwargs))
 
-    def shutdown(self) -> None:
+    def shutdown(self, graceful: bool = False) -> None:
+        """Stop the workers: let them exit cleanly when training ended (``graceful``),
+        kill them outright after a failure, where one may be stuck in a collective."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        if graceful and self.actors:
+            refs = [a.__ray_terminate__.remote() for a in self.actors]
+            ray.wait(refs, num_returns=len(refs), timeout=constants.GRACEFUL_EXIT_TIMEOUT_S)
         for actor in self.actors:
             try:
                 ray.kill(actor, no_restart=True)

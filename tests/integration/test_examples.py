@@ -1,0 +1,40 @@
+"""Every script in examples/ runs to completion (its own asserts check the outcome)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(script: Path, tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["TRAINYARD_STORAGE_PATH"] = str(tmp_path)
+    env["TRAINYARD_RAY_NUM_CPUS"] = "4"
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script.relative_to(REPO_ROOT))], cwd=REPO_ROOT, env=env,
+            capture_output=True, text=True, timeout=180,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
+            else (exc.stderr or "")
+        pytest.fail(f"{script.name} ran past 180 s.\n--- stderr (tail) ---\n{stderr[-4000:]}")
+    assert proc.returncode == 0, (
+        f"{script.name} exited with {proc.returncode}.\n"
+        f"--- stdout (tail) ---\n{proc.stdout[-2000:]}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-4000:]}"
+    )
+
+
+def test_examples_found() -> None:
+    assert EXAMPLES, f"no scripts found in {REPO_ROOT / 'examples'}"

@@ -1,0 +1,202 @@
+"""The programming model on a real local Ray: reports, results, errors, run names."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import engine
+from engine import (CheckpointConfig, RunConfig, ScalingConfig, TrainingFailedError,
+                    session)
+from engine.callbacks import Callback
+from engine.torch import TorchTrainer
+
+AUTO_FIELDS = ["training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date",
+               "done", "hostname", "node_ip", "pid", "trial_id", "experiment_id",
+               "experiment_tag", "config", "iterations_since_restore", "time_since_restore"]
+
+
+class AllRanks(Callback):
+    def __init__(self):
+        self.rounds = []
+
+    def on_report(self, metrics, all_metrics):
+        self.rounds.append(all_metrics)
+
+
+def _seed_train_func(config):
+    for i in range(config["num_epochs"]):
+        session.report({"epoch": i})
+
+
+def test_seed_config_example(ray_start_4_cpus, storage_path):
+    trainer = TorchTrainer(_seed_train_func, train_loop_config={"num_epochs": 2},
+                           scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(storage_path=storage_path))
+    result = trainer.fit()
+    assert result.metrics["epoch"] == 1
+    for key in AUTO_FIELDS:
+        assert key in result.metrics, key
+    assert result.metrics["training_iteration"] == 2
+    assert result.metrics["done"] is True
+    assert result.metrics["config"] == {"num_epochs": 2}
+    assert result.config == {"num_epochs": 2}
+    assert list(result.metrics_dataframe["epoch"]) == [0, 1]
+    assert result.checkpoint is None and result.error is None
+    assert result.log_dir == result.path and os.path.isdir(result.path)
+    assert os.path.dirname(result.path) == storage_path
+
+
+def test_each_fit_gets_a_fresh_run_name(ray_start_4_cpus, storage_path):
+    def f():
+        engine.report({"x": 1})
+
+    paths = {TorchTrainer(f, scaling_config=ScalingConfig(num_workers=1),
+                          run_config=RunConfig(storage_path=storage_path)).fit().path
+             for _ in range(2)}
+    assert len(paths) == 2
+
+
+def test_context_and_all_ranks_metrics(ray_start_4_cpus, storage_path):
+    def f():
+        ctx = engine.get_context()
+        engine.report({"rank": ctx.get_world_rank(), "size": ctx.get_world_size(),
+                       "local": ctx.get_local_rank(), "node": ctx.get_node_rank(),
+                       "trial": ctx.get_trial_name(), "old_rank": session.get_world_rank(),
+                       "oldest": engine.world_rank(), "ls": session.get_local_rank()})
+
+    cb = AllRanks()
+    result = TorchTrainer(f, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(name="ctx", storage_path=storage_path,
+                                               callbacks=[cb])).fit()
+    assert result.metrics["rank"] == 0 and result.metrics["size"] == 2
+    assert result.metrics["trial"] == "ctx"
+    ranks = [m["rank"] for m in cb.rounds[0]]
+    assert ranks == [0, 1]
+    assert [m["old_rank"] for m in cb.rounds[0]] == [0, 1]
+    assert [m["oldest"] for m in cb.rounds[0]] == [0, 1]
+    assert sorted(m["local"] for m in cb.rounds[0]) == [0, 1]
+    assert {m["node"] for m in cb.rounds[0]} == {0}
+
+
+def test_worker_exception_names_rank_and_traceback(ray_start_4_cpus, storage_path):
+    def f():
+        engine.report({"step": 0})
+        if engine.get_context().get_world_rank() == 1:
+            raise ValueError("bad batch shape 7")
+        engine.report({"step": 1})
+
+    with pytest.raises(TrainingFailedError) as info:
+        TorchTrainer(f, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(storage_path=storage_path)).fit()
+    message = str(info.value)
+    assert "rank 1" in message and "ValueError: bad batch shape 7" in message
+    assert "Traceback" in message and "raise ValueError" in message
+    partial = info.value.result
+    assert partial.metrics["step"] == 0 and partial.error is not None
+
+
+def test_tensor_metric_is_type_error_naming_key(ray_start_4_cpus, storage_path):
+    def f():
+        import torch
+
+        engine.report({"loss": torch.tensor([0.5, 0.1])})
+
+    with pytest.raises(TrainingFailedError) as info:
+        TorchTrainer(f, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(storage_path=storage_path)).fit()
+    assert "TypeError" in str(info.value) and "'loss'" in str(info.value)
+    assert ".item()" in str(info.value)
+
+
+def test_uneven_reports_end_with_clear_error(ray_start_4_cpus, storage_path):
+    def f():
+        n = 3 if engine.get_context().get_world_rank() == 0 else 2
+        for i in range(n):
+            engine.report({"i": i})
+
+    with pytest.raises(TrainingFailedError, match="same number of times"):
+        TorchTrainer(f, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(storage_path=storage_path)).fit()
+
+
+def test_refit_of_finished_run_returns_its_result(ray_start_4_cpus, storage_path, tmp_path):
+    marker = tmp_path / "runs.txt"
+
+    def f():
+        with open(marker, "a") as fh:
+            fh.write("x")
+        engine.report({"v": 7}, checkpoint=engine.Checkpoint.from_dict({"v": 7}))
+
+    rc = RunConfig(name="done-once", storage_path=storage_path)
+    first = TorchTrainer(f, scaling_config=ScalingConfig(num_workers=1), run_config=rc).fit()
+    second = TorchTrainer(f, scaling_config=ScalingConfig(num_workers=1), run_config=rc).fit()
+    assert marker.read_text() == "x"
+    assert second.metrics["v"] == 7 and second.checkpoint == first.checkpoint
+    assert second.checkpoint.to_dict() == {"v": 7}
+
+
+def test_too_many_workers_fails_fast_with_advice(ray_start_4_cpus, storage_path):
+    def f():
+        engine.report({})
+
+    with pytest.raises(engine.WorkerGroupStartupError, match="num_workers"):
+        TorchTrainer(f, scaling_config=ScalingConfig(num_workers=64),
+                     run_config=RunConfig(storage_path=storage_path)).fit()
+
+
+def test_train_func_without_config_and_with_config(ray_start_4_cpus, storage_path):
+    def no_config():
+        engine.report({"ok": 1})
+
+    def with_config(config):
+        engine.report({"ok": config["v"]})
+
+    rc = RunConfig(storage_path=storage_path)
+    assert TorchTrainer(no_config, run_config=rc).fit().metrics["ok"] == 1
+    assert TorchTrainer(with_config, train_loop_config={"v": 5},
+                        run_config=RunConfig(storage_path=storage_path)).fit().metrics["ok"] == 5
+
+
+def test_storage_errors_before_workers_start(ray_start_4_cpus, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+
+    def f():
+        raise AssertionError("workers must not start")
+
+    with pytest.raises(engine.StorageError, match="storage_path"):
+        TorchTrainer(f, run_config=RunConfig(storage_path=str(blocker / "r"))).fit()
+    with pytest.raises(engine.StorageError, match="relative"):
+        TorchTrainer(f, run_config=RunConfig(storage_path="relative/dir")).fit()
+
+
+def test_num_to_keep_zero_writes_nothing(ray_start_4_cpus, storage_path):
+    def f():
+        for epoch in range(3):
+            engine.save_checkpoint(epoch=epoch)
+
+    with pytest.warns(UserWarning, match="retry restarts from scratch"):
+        result = TorchTrainer(f, scaling_config=ScalingConfig(num_workers=2),
+                              run_config=RunConfig(storage_path=storage_path,
+                                                   checkpoint_config=CheckpointConfig(
+                                                       num_to_keep=0))).fit()
+    assert result.checkpoint is None and result.best_checkpoints == []
+    assert result.metrics["epoch"] == 2
+    assert [n for n in os.listdir(result.path) if n.startswith("checkpoint_")] == []
+
+
+def test_datasets_without_spare_cpus_fail_fast_with_advice(ray_start_4_cpus, storage_path):
+    import pandas as pd
+
+    import ray
+
+    def f():
+        engine.report({})
+
+    cpus = int(ray.cluster_resources()["CPU"])
+    with pytest.raises(engine.WorkerGroupStartupError, match="TRAINYARD_RAY_NUM_CPUS"):
+        TorchTrainer(f, scaling_config=ScalingConfig(num_workers=cpus),
+                     datasets={"train": pd.DataFrame({"x": [1, 2, 3]})},
+                     run_config=RunConfig(storage_path=storage_path)).fit()

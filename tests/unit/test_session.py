@@ -1,0 +1,78 @@
+import threading
+
+import numpy as np
+import pytest
+
+from engine._internal.rounds import RoundTracker
+from engine._internal.session import (ReportItem, TrainContext, TrainSession,
+                                      validate_metrics)
+
+
+@pytest.mark.parametrize("metrics", [
+    {"a": 1, "b": 2.5, "c": True, "d": "x", "e": None},
+    {"nested": {"k": [1, 2, {"z": 3.0}]}},
+    {"nan": float("nan")},
+])
+def test_plain_metrics_accepted(metrics):
+    validate_metrics(metrics)
+
+
+def test_array_metric_is_type_error_naming_key():
+    with pytest.raises(TypeError, match=r"'loss'.*numpy.*\.item\(\)"):
+        validate_metrics({"loss": np.float32(1.0) * np.ones(2)})
+
+
+def test_nested_bad_value_names_path():
+    with pytest.raises(TypeError, match=r"'eval\.scores\[1\]'"):
+        validate_metrics({"eval": {"scores": [1, object()]}})
+
+
+def test_non_dict_metrics():
+    with pytest.raises(TypeError, match="dict"):
+        validate_metrics([1, 2])
+
+
+def _session():
+    return TrainSession(TrainContext(world_rank=0, world_size=1), storage=None,
+                        attempt="t", start_iteration=3)
+
+
+def test_report_adds_automatic_fields_and_counts_from_start_iteration():
+    s = _session()
+    s.report({"x": 1})
+    items, done = s.drain(0.1)
+    assert not done and len(items) == 1
+    m = items[0].metrics
+    assert m["x"] == 1 and m["training_iteration"] == 4 and m["iterations_since_restore"] == 1
+    for key in ("time_this_iter_s", "time_total_s", "timestamp", "date", "hostname",
+                "node_ip", "pid", "time_since_restore"):
+        assert key in m
+
+
+def test_drain_wakes_on_finish_without_waiting_timeout():
+    s = _session()
+    threading.Timer(0.05, s.mark_finished).start()
+    items, done = s.drain(30)
+    assert items == [] and done
+
+
+def test_round_tracker_pairs_ranks_in_order():
+    t = RoundTracker(2)
+    t.add(0, ReportItem(1, {"r": 0}))
+    t.add(0, ReportItem(2, {"r": 0}))
+    assert t.pop_complete() == []
+    t.add(1, ReportItem(1, {"r": 1}))
+    rounds = t.pop_complete()
+    assert [it for it, _ in rounds] == [1]
+    assert rounds[0][1][1].metrics == {"r": 1}
+
+
+def test_round_tracker_detects_uneven_reports():
+    t = RoundTracker(2)
+    t.add(0, ReportItem(1, {}))
+    t.add(0, ReportItem(2, {}))
+    t.add(1, ReportItem(1, {}))
+    assert t.mismatch() is None  # rank 1 may still be on its way
+    t.finish(1)
+    msg = t.mismatch()
+    assert "rank 0: 2, rank 1: 1" in msg and "same number of times" in msg

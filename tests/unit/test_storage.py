@@ -1,0 +1,62 @@
+import json
+import os
+
+import pytest
+
+from engine._internal.storage import Storage, redact, resolve
+from engine.exceptions import StorageError
+
+
+def test_relative_path_is_rejected_with_absolute_suggestion():
+    with pytest.raises(StorageError, match="relative path.*absolute"):
+        resolve("results/here")
+
+
+def test_unknown_scheme():
+    with pytest.raises(StorageError, match="unsupported scheme"):
+        resolve("ftp://host/x")
+
+
+def test_redact_strips_credentials_and_query():
+    uri = "s3://AKIA:secret@bucket/prefix?endpoint_override=localhost:9000"
+    assert redact(uri) == "s3://bucket/prefix"
+
+
+def test_atomic_json_write_and_read(tmp_path):
+    st = Storage.from_path(str(tmp_path))
+    path = os.path.join(st.root, "run", "state.json")
+    st.write_json_atomic(path, {"v": 1})
+    st.write_json_atomic(path, {"v": 2})
+    assert st.read_json(path) == {"v": 2}
+    assert [n for n in os.listdir(os.path.dirname(path)) if n.endswith(".tmp")] == []
+
+
+def test_upload_and_list(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    st = Storage.from_path(str(tmp_path / "store"))
+    files = st.upload_dir(str(src), os.path.join(st.root, "dst"))
+    assert files == ["a.txt", os.path.join("sub", "b.txt")]
+    assert st.list_dir(os.path.join(st.root, "dst")) == ["a.txt", "sub"]
+
+
+def test_unwritable_storage_is_clear_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        if os.access(str(ro), os.W_OK):
+            pytest.skip("running as a user that can write anywhere (root)")
+        with pytest.raises(StorageError, match="writable"):
+            Storage.from_path(str(ro / "x")).check_writable()
+    finally:
+        os.chmod(ro, 0o700)
+
+
+def test_file_in_the_way_is_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="storage_path"):
+        Storage.from_path(str(blocker / "runs")).check_writable()
