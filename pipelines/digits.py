@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
@@ -53,9 +53,7 @@ def train_func(config: Dict[str, Any]) -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    import engine
-    from engine.torch import (accelerate, backward, enable_reproducibility, prepare_data_loader,
-                              prepare_model, prepare_optimizer)
+    from engine.torch import accelerate, enable_reproducibility, prepare_data_loader
 
     if config.get("seed") is not None:
         enable_reproducibility(config["seed"])
@@ -66,6 +64,72 @@ def train_func(config: Dict[str, Any]) -> None:
     train_ds = TensorDataset(torch.from_numpy(X_train), torch.from_numpy(y_train), ids)
     loader = prepare_data_loader(DataLoader(train_ds, batch_size=config.get("batch_size", 32),
                                             shuffle=True))
+
+    def epoch_batches(epoch: int):
+        set_epoch = getattr(loader, "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)  # the same shuffling sequence after a resume
+        return loader
+
+    _fit(config, epoch_batches, torch.from_numpy(X_val), torch.from_numpy(y_val))
+
+
+def digits_datasets(test_size: float = 0.2, seed: int = 0) -> Dict[str, Any]:
+    """The same train/validation split as Ray Datasets of ``{"x", "y", "id"}`` rows, for
+    ``train_func_ray_data`` (pass ``DataConfig(datasets_to_split=["train"])`` so every
+    worker gets the whole validation set, as ``train_func`` has)."""
+    import ray.data
+
+    X_train, y_train, X_val, y_val = load_digits_split(test_size, seed)
+
+    def rows(X: np.ndarray, y: np.ndarray):
+        return [{"x": X[i], "y": int(y[i]), "id": i} for i in range(len(X))]
+
+    return {"train": ray.data.from_items(rows(X_train, y_train)),
+            "validation": ray.data.from_items(rows(X_val, y_val))}
+
+
+def train_func_ray_data(config: Dict[str, Any]) -> None:
+    """``train_func`` fed by Ray Data: this worker's shard of ``datasets["train"]`` through
+    ``iter_torch_batches`` (locally shuffled each epoch), validation from
+    ``datasets["validation"]``; model, optimizer, checkpoints and metrics as ``train_func``."""
+    import torch
+
+    import engine
+    from engine.torch import accelerate, enable_reproducibility
+
+    seed = config.get("seed")
+    if seed is not None:
+        enable_reproducibility(seed)
+    if config.get("amp"):
+        accelerate(amp=True)
+    shard = engine.get_dataset_shard("train")
+    dtypes = {"x": torch.float32, "y": torch.int64, "id": torch.int64}
+    val = list(engine.get_dataset_shard("validation").iter_torch_batches(
+        batch_size=None, dtypes=dtypes, device="cpu"))
+    X_val = torch.cat([b["x"] for b in val])
+    y_val = torch.cat([b["y"] for b in val])
+
+    def epoch_batches(epoch: int):
+        for b in shard.iter_torch_batches(
+                batch_size=config.get("batch_size", 32), dtypes=dtypes,
+                local_shuffle_buffer_size=config.get("shuffle_buffer", 512),
+                local_shuffle_seed=None if seed is None else seed + epoch):
+            yield b["x"], b["y"], b["id"]
+
+    _fit(config, epoch_batches, X_val, y_val)
+
+
+def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val, y_val
+         ) -> None:
+    """The loop both train funcs share: build (or resume) the model, train one pass of
+    ``epoch_batches(epoch)`` (``(x, y, ids)`` batches) per epoch, evaluate on the
+    validation tensors, report metrics and a rank-0 checkpoint each epoch."""
+    import torch
+
+    import engine
+    from engine.torch import backward, prepare_model, prepare_optimizer
+
     model = build_model(config.get("hidden", 64))
     start_epoch = 0
     checkpoint = engine.get_checkpoint()
@@ -76,12 +140,12 @@ def train_func(config: Dict[str, Any]) -> None:
     model = prepare_model(model)
     optimizer = prepare_optimizer(torch.optim.Adam(model.parameters(), lr=config.get("lr", 3e-3)))
     loss_fn = torch.nn.CrossEntropyLoss()
-    Xv, yv = torch.from_numpy(X_val), torch.from_numpy(y_val)
+    Xv, yv = X_val, y_val
     rank = engine.get_context().get_world_rank()
     for epoch in range(start_epoch, config.get("epochs", 15)):
         model.train()
         seen, total_loss, batches = [], 0.0, 0
-        for xb, yb, idx in loader:
+        for xb, yb, idx in epoch_batches(epoch):
             optimizer.zero_grad()
             loss = loss_fn(model(xb), yb)
             backward(loss)

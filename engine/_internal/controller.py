@@ -235,6 +235,7 @@ class Controller:
             try:
                 items, finished, error = ray.get(ref)
             except RayActorError as exc:
+                self._drain_healthy()
                 return self._on_failure(WorkerError(
                     rank, "the worker process died (killed, e.g. by SIGKILL or the OOM "
                           f"killer, or crashed): {type(exc).__name__}"))

@@ -85,12 +85,18 @@ def _to_float32(out: Any) -> Any:
 
 
 class _DeviceLoader:
-    """Iterates a DataLoader, moving batches to a device and advancing sampler epochs."""
+    """Iterates a DataLoader, moving batches to a device and advancing sampler epochs.
+
+    Each pass calls ``sampler.set_epoch`` with the next epoch number so every epoch is
+    shuffled differently. After a resume, call ``loader.set_epoch(start_epoch)`` (or
+    ``loader.sampler.set_epoch``) to continue the same shuffling sequence.
+    """
 
     def __init__(self, loader: DataLoader, device: torch.device) -> None:
         self._loader = loader
         self._device = device
         self._epoch = 0
+        self._set_by_us: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -98,10 +104,16 @@ class _DeviceLoader:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+
     def __iter__(self):
         sampler = getattr(self._loader, "sampler", None)
         if isinstance(sampler, DistributedSampler):
+            if self._set_by_us is not None and sampler.epoch != self._set_by_us:
+                self._epoch = sampler.epoch  # the user set it: follow them
             sampler.set_epoch(self._epoch)
+            self._set_by_us = self._epoch
         self._epoch += 1
         for batch in self._loader:
             yield _move(batch, self._device)

@@ -1,0 +1,242 @@
+"""Real faults: SIGKILLed workers and drivers, interrupted commits, resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import engine
+from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+                    TrainingFailedError)
+from engine.callbacks import Callback
+from engine.torch import TorchTrainer
+from pipelines import digits
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class KillWorkerOnce(Callback):
+    """SIGKILLs one rank's process (its reported pid) when a given round arrives."""
+
+    def __init__(self, rank: int, at_iteration: int) -> None:
+        self.rank, self.at_iteration = rank, at_iteration
+        self.killed_pid = None
+        self.retries = 0
+
+    def on_report(self, metrics, all_metrics):
+        if self.killed_pid is None and metrics["training_iteration"] == self.at_iteration:
+            self.killed_pid = all_metrics[self.rank]["pid"]
+            os.kill(self.killed_pid, signal.SIGKILL)
+
+    def on_retry(self, attempt):
+        self.retries += 1
+
+
+DIGITS = {"epochs": 6, "lr": 3e-3, "batch_size": 64, "seed": 11}
+
+
+@pytest.fixture(scope="module")
+def fault_free(ray_session, tmp_path_factory):
+    storage = str(tmp_path_factory.mktemp("fault_free"))
+    return TorchTrainer(digits.train_func, train_loop_config=DIGITS,
+                        scaling_config=ScalingConfig(num_workers=2),
+                        run_config=RunConfig(storage_path=storage)).fit()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_worker_sigkill_recovers_to_same_model(fault_free, storage_path, seed):
+    rng = random.Random(seed)
+    killer = KillWorkerOnce(rank=rng.randint(0, 1), at_iteration=rng.randint(1, 3))
+    result = TorchTrainer(
+        digits.train_func, train_loop_config=DIGITS,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=storage_path, callbacks=[killer],
+                             failure_config=FailureConfig(max_failures=3)),
+    ).fit()
+    assert killer.killed_pid is not None and killer.retries == 1
+    assert result.num_failures == 1
+    assert result.metrics["epoch"] == DIGITS["epochs"] - 1
+    # Deterministic training resumed from the last committed checkpoint ends with the
+    # very weights of the run that never failed.
+    assert result.metrics["weights_checksum"] == fault_free.metrics["weights_checksum"]
+    # Every committed checkpoint is readable and numbered without gaps or overwrites.
+    names = sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_"))
+    assert names == [f"checkpoint_{i:06d}" for i in range(len(names))]
+    epochs = [Checkpoint.from_directory(os.path.join(result.path, n)).to_dict()["epoch"]
+              for n in names]
+    assert epochs == sorted(epochs) and epochs[-1] == DIGITS["epochs"] - 1
+    for n in names:
+        assert os.path.exists(os.path.join(result.path, n, ".trainyard_committed"))
+    # The metrics history shows each epoch once, in order.
+    assert list(result.metrics_dataframe["epoch"]) == list(range(DIGITS["epochs"]))
+
+
+def test_max_failures_zero_fails_at_once(ray_start_4_cpus, storage_path):
+    killer = KillWorkerOnce(rank=1, at_iteration=1)
+    with pytest.raises(TrainingFailedError, match="rank 1.*died") as info:
+        TorchTrainer(digits.train_func, train_loop_config=DIGITS,
+                     scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(storage_path=storage_path, callbacks=[killer])).fit()
+    assert info.value.result.checkpoint is not None  # what was committed survives
+
+
+def _counting_func(config):
+    """Reports n checkpoints, resuming from get_checkpoint(); rank 1 dies once at
+    ``die_at`` when asked (a real process exit, no exception)."""
+    start = 0
+    ckpt = engine.get_checkpoint()
+    if ckpt is not None:
+        start = ckpt.to_dict()["i"] + 1
+    for i in range(start, config["n"]):
+        marker = config.get("die_marker")
+        if (marker and i == config["die_at"] and engine.get_context().get_world_rank() == 1
+                and not os.path.exists(marker)):
+            open(marker, "w").close()
+            time.sleep(1.0)  # let the driver collect the rounds reported so far
+            os.kill(os.getpid(), signal.SIGKILL)
+        score = config["scores"][i] if "scores" in config else i
+        engine.report({"i": i, "score": score}, checkpoint=Checkpoint.from_dict({"i": i}))
+
+
+@pytest.mark.parametrize("scored", [False, True])
+def test_num_to_keep_over_ten_checkpoints_across_a_retry(ray_start_4_cpus, storage_path,
+                                                         tmp_path, scored):
+    scores = [5, 1, 9, 3, 8, 2, 7, 0, 6, 4]
+    cfg = {"n": 10, "die_at": 6, "die_marker": str(tmp_path / "died")}
+    ckpt_cfg = CheckpointConfig(num_to_keep=3)
+    if scored:
+        cfg["scores"] = scores
+        ckpt_cfg = CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="score")
+    result = TorchTrainer(_counting_func, train_loop_config=cfg,
+                          scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(storage_path=storage_path,
+                                               checkpoint_config=ckpt_cfg,
+                                               failure_config=FailureConfig(max_failures=1))
+                          ).fit()
+    assert result.num_failures == 1
+    kept = sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_"))
+    if scored:  # best 3 scores are i=2 (9), 4 (8), 6 (7); the latest is i=9
+        assert [m["i"] for _, m in result.best_checkpoints] == [2, 4, 6]
+        assert kept == ["checkpoint_000002", "checkpoint_000004", "checkpoint_000006",
+                        "checkpoint_000009"]
+    else:
+        assert [m["i"] for _, m in result.best_checkpoints] == [7, 8, 9]
+        assert kept == ["checkpoint_000007", "checkpoint_000008", "checkpoint_000009"]
+    assert result.checkpoint.to_dict() == {"i": 9}
+
+
+DRIVER = textwrap.dedent("""
+    import json, os, sys, time
+    sys.path.insert(0, {repo!r})
+    import engine
+    from engine import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
+    from engine.torch import TorchTrainer
+
+    def train_func(config):
+        start = 0
+        ckpt = engine.get_checkpoint()
+        if ckpt is not None:
+            start = ckpt.to_dict()["epoch"] + 1
+        if engine.get_context().get_world_rank() == 0:
+            with open(config["log"], "a") as fh:
+                fh.write(json.dumps({{"start": start}}) + "\\n")
+        for epoch in range(start, config["epochs"]):
+            time.sleep(config["sleep"])
+            engine.report({{"epoch": epoch}},
+                          checkpoint=Checkpoint.from_dict({{"epoch": epoch}}))
+
+    result = TorchTrainer(
+        train_func, train_loop_config=json.loads(sys.argv[1]),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="driver-crash", storage_path=sys.argv[2],
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    ).fit()
+    print("FINAL", json.dumps({{"epoch": result.metrics["epoch"],
+                               "checkpoint": result.checkpoint.path}}))
+""")
+
+
+def _driver_env():
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["TRAINYARD_RAY_NUM_CPUS"] = "4"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p)
+    return env
+
+
+def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(repo=REPO))
+    log = tmp_path / "starts.jsonl"
+    cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log)})
+    run_dir = os.path.join(storage_path, "driver-crash")
+    proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=_driver_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    marker = os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed")
+    deadline = time.time() + 120
+    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert os.path.exists(marker), proc.stdout.read().decode()[-3000:] if proc.poll() else ""
+    os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a lost head node would
+    proc.wait()
+    state = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert state["state"] == "RUNNING"
+    committed_before = sorted(
+        n for n in os.listdir(run_dir)
+        if os.path.exists(os.path.join(run_dir, n, ".trainyard_committed")))
+    last_before = int(committed_before[-1].split("_")[1])
+
+    out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=_driver_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    final = json.loads(out.stdout.split("FINAL", 1)[1])
+    assert final["epoch"] == 7
+    starts = [json.loads(line)["start"] for line in log.read_text().splitlines()]
+    assert starts[0] == 0 and starts[-1] == last_before + 1
+    # Numbering went on: the checkpoint of epoch 7 is checkpoint_000007, nothing overwritten.
+    assert final["checkpoint"].endswith("checkpoint_000007")
+    kept = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
+    assert kept == ["checkpoint_000006", "checkpoint_000007"]  # num_to_keep=2 held
+    assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "FINISHED"
+
+
+def test_interrupted_commit_resumes_from_previous_checkpoint(ray_start_4_cpus, storage_path,
+                                                             tmp_path):
+    """A checkpoint whose files landed but whose marker was never written (the driver
+    died in between) is never used and is cleaned up on resume."""
+    rc = RunConfig(name="torn", storage_path=storage_path,
+                   failure_config=FailureConfig(max_failures=0))
+    cfg = {"n": 3, "die_at": 2, "die_marker": str(tmp_path / "died")}
+    with pytest.raises(TrainingFailedError):
+        TorchTrainer(_counting_func, train_loop_config=cfg,
+                     scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
+    run_dir = os.path.join(storage_path, "torn")
+    # Simulate the torn write: the next checkpoint's shards are there, the marker is not.
+    torn = os.path.join(run_dir, "checkpoint_000002")
+    os.makedirs(torn)
+    Checkpoint.from_dict({"i": 99}).to_directory(torn)
+    state = json.load(open(os.path.join(run_dir, "run_state.json")))
+    state["state"] = "RUNNING"  # as if the driver had died rather than failed cleanly
+    json.dump(state, open(os.path.join(run_dir, "run_state.json"), "w"))
+
+    seen = []
+
+    class FirstReport(Callback):
+        def on_report(self, metrics, all_metrics):
+            seen.append(metrics["i"])
+
+    rc2 = RunConfig(name="torn", storage_path=storage_path, callbacks=[FirstReport()])
+    result = TorchTrainer(_counting_func, train_loop_config={"n": 3},
+                          scaling_config=ScalingConfig(num_workers=2), run_config=rc2).fit()
+    assert seen == [2]  # resumed after checkpoint i=1, not from the torn i=99
+    assert result.checkpoint.to_dict() == {"i": 2}
+    assert result.checkpoint.path.endswith("checkpoint_000002")
