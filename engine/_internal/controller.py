@@ -22,6 +22,7 @@ from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.session import ReportItem, TrainContext
+from engine._internal.storage_check import check_from_workers
 from engine._internal.worker_group import WorkerGroup
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
@@ -170,6 +171,7 @@ class Controller:
                                            needs_data_cpus=bool(self.spec.datasets))
         try:
             self.group.start()
+            check_from_workers(self.storage, self.group)
             self.backend.on_start(self.group, self.spec.backend_config)
             self._start_training()
         except TrainyardError:
