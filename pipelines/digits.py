@@ -131,14 +131,19 @@ def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val
     from engine.torch import backward, prepare_model, prepare_optimizer
 
     model = build_model(config.get("hidden", 64))
+    optimizer_state = None
     start_epoch = 0
     checkpoint = engine.get_checkpoint()
     if checkpoint is not None:
         state = checkpoint.to_dict()
         model.load_state_dict(state["model_weights"])
+        optimizer_state = state.get("optimizer")  # resuming must restore Adam's moments too
         start_epoch = state["epoch"] + 1
     model = prepare_model(model)
-    optimizer = prepare_optimizer(torch.optim.Adam(model.parameters(), lr=config.get("lr", 3e-3)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.get("lr", 3e-3))
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    optimizer = prepare_optimizer(optimizer)
     loss_fn = torch.nn.CrossEntropyLoss()
     Xv, yv = X_val, y_val
     rank = engine.get_context().get_world_rank()
@@ -164,7 +169,8 @@ def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val
         ckpt = None
         if rank == 0:
             state_dict = getattr(model, "module", model).state_dict()
-            ckpt = engine.Checkpoint.from_dict({"epoch": epoch, "model_weights": state_dict})
+            ckpt = engine.Checkpoint.from_dict({"epoch": epoch, "model_weights": state_dict,
+                                                "optimizer": optimizer.state_dict()})
         engine.report(metrics, checkpoint=ckpt)
 
 

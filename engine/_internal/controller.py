@@ -22,7 +22,6 @@ from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.session import ReportItem, TrainContext
-from engine._internal.storage_check import check_from_workers
 from engine._internal.worker_group import WorkerGroup
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
@@ -106,7 +105,6 @@ class Controller:
         self.manager = CheckpointManager(self.run_config.checkpoint_config)
         self.group: Optional[WorkerGroup] = None
         self.tracker: Optional[RoundTracker] = None
-        self._poll_refs: Dict[Any, int] = {}
         self.failures = 0
         self.attempt = 0
         self.error: Optional[BaseException] = None
@@ -163,15 +161,12 @@ class Controller:
         return RunState.SCHEDULING
 
     def _schedule(self) -> RunState:
-        from engine._internal.ray_utils import ensure_ray
-
-        ensure_ray()
         self.attempt += 1
         self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env,
                                            needs_data_cpus=bool(self.spec.datasets))
         try:
             self.group.start()
-            check_from_workers(self.storage, self.group)
+            self.group.check_storage(self.storage)
             self.backend.on_start(self.group, self.spec.backend_config)
             self._start_training()
         except TrainyardError:
@@ -183,8 +178,6 @@ class Controller:
         return RunState.RUNNING
 
     def _start_training(self) -> None:
-        import ray
-
         group = self.group
         assert group is not None
         latest = self.manager.latest
@@ -196,61 +189,49 @@ class Controller:
             start_ckpt = self.spec.resume_from_checkpoint
         start_iteration = self.record.truncate_to(latest.iteration if latest else 0)
         shards = _make_shards(self.spec.datasets, self.spec.data_config, len(group))
-        fn_ref = ray.put(self.spec.train_func)
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
-        wrapper = self.spec.backend_config.train_func_wrapper()
-        refs = []
-        for rank, (actor, meta) in enumerate(zip(group.actors, group.meta)):
+        session_args = []
+        for rank, meta in enumerate(group.meta):
             ctx = TrainContext(
                 world_rank=rank, local_rank=meta.local_rank, world_size=len(group),
                 local_world_size=meta.local_world_size, node_rank=meta.node_rank,
                 trial_name=self.name, trial_id=self.record.trial_id,
                 experiment_name=self.name, run_dir=self.storage.display(),
             )
-            session_args = dict(
+            session_args.append(dict(
                 context=ctx, storage=self.storage if self.manager.enabled else None,
                 attempt=tag, start_iteration=start_iteration, checkpoint=start_ckpt,
                 dataset_shards={k: v[rank] for k, v in shards.items()},
                 trial_info={"time_total_s": self.record.time_total_s},
-            )
-            refs.append(actor.start_training.remote(
-                fn_ref, self.spec.train_loop_config, session_args, wrapper))
-        ray.get(refs)
+            ))
+        group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,
+                             self.spec.backend_config.train_func_wrapper())
         self.backend.on_training_start(group, self.spec.backend_config)
         self.tracker = RoundTracker(len(group))
-        self._poll_refs = {a.poll.remote(constants.POLL_TIMEOUT_S): r
-                           for r, a in enumerate(group.actors)}
 
     def _poll(self) -> RunState:
-        import ray
-        from ray.exceptions import RayActorError
-
         assert self.tracker is not None and self.group is not None
-        timeout = constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S
-        ready, _ = ray.wait(list(self._poll_refs), num_returns=1, timeout=timeout)
-        if not ready:
-            return self._on_failure(WorkerError(-1, f"no worker answered a health check in "
-                                                    f"{timeout:.0f} s"))
-        ready, _ = ray.wait(list(self._poll_refs), num_returns=len(self._poll_refs), timeout=0)
-        for ref in ready:
-            rank = self._poll_refs.pop(ref)
-            try:
-                items, finished, error = ray.get(ref)
-            except RayActorError as exc:
-                self._drain_healthy()
-                return self._on_failure(WorkerError(
-                    rank, "the worker process died (killed, e.g. by SIGKILL or the OOM "
-                          f"killer, or crashed): {type(exc).__name__}"))
-            for item in items:
-                self.tracker.add(rank, item)
-            if error is not None:
-                self._drain_healthy()
-                return self._on_failure(WorkerError(rank, error[0], error[1]))
-            if finished:
-                self.tracker.finish(rank)
-            else:
-                self._poll_refs[self.group.actors[rank].poll.remote(
-                    constants.POLL_TIMEOUT_S)] = rank
+        timeout = _health_timeout()
+        results = self.group.poll(timeout)
+        if not results:
+            return self._on_failure(WorkerError(
+                -1, f"no worker answered a health check in {timeout:.0f} s (hung in C code "
+                    f"holding the GIL?); raise {constants.HEALTH_CHECK_TIMEOUT_ENV_VAR} if "
+                    "that is expected"))
+        failure: Optional[BaseException] = None
+        for res in results:
+            for item in res.items:
+                self.tracker.add(res.rank, item)
+            if res.died is not None and failure is None:
+                failure = WorkerError(res.rank, "the worker process died (killed, e.g. by "
+                                      f"SIGKILL or the OOM killer, or crashed): {res.died}")
+            elif res.error is not None and failure is None:
+                failure = WorkerError(res.rank, res.error[0], res.error[1])
+            elif res.finished:
+                self.tracker.finish(res.rank)
+        if failure is not None:
+            self._drain_healthy()
+            return self._on_failure(failure)
         self._process_rounds()
         mismatch = self.tracker.mismatch()
         if mismatch:
@@ -266,19 +247,15 @@ class Controller:
     def _drain_healthy(self) -> None:
         """After a failure, collect what the other ranks already reported, so rounds
         they completed before it still count."""
-        import ray
-
-        assert self.tracker is not None
-        refs = list(self._poll_refs)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=constants.POLL_TIMEOUT_S * 2)
-        for ref in ready:
-            rank = self._poll_refs.pop(ref)
-            try:
-                items, _finished, _error = ray.get(ref)
-            except Exception:  # that worker is gone too
-                continue
-            for item in items:
-                self.tracker.add(rank, item)
+        assert self.tracker is not None and self.group is not None
+        deadline = time.monotonic() + constants.POLL_TIMEOUT_S * 2
+        while time.monotonic() < deadline:
+            results = self.group.poll(max(0.0, deadline - time.monotonic()))
+            if not results:
+                break
+            for res in results:
+                for item in res.items:
+                    self.tracker.add(res.rank, item)
         self._process_rounds()
 
     def _restart(self) -> RunState:
@@ -371,7 +348,6 @@ class Controller:
                 pass
             self.group.shutdown(graceful=graceful)
             self.group = None
-        self._poll_refs = {}
 
     def _build_result(self) -> Result:
         st = self.storage
@@ -413,6 +389,13 @@ _AUTO_FIELDS = {
     "hostname", "node_ip", "pid", "trial_id", "experiment_id", "experiment_tag", "config",
     "iterations_since_restore", "time_since_restore",
 }
+
+
+def _health_timeout() -> float:
+    import os
+
+    return float(os.environ.get(constants.HEALTH_CHECK_TIMEOUT_ENV_VAR,
+                                constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S))
 
 
 def _first_line(error: BaseException) -> str:

@@ -29,6 +29,8 @@ def ensure_ray() -> None:
         max(constants.DEFAULT_MIN_RAY_NUM_CPUS, os.cpu_count() or 1),
     ))
     logger.info("Starting a local Ray instance with %d logical CPUs.", num_cpus)
-    # The embedded instance serves this process only: keep it on loopback.
+    # No dashboard: it is one more server and seconds of start-up the engine never uses.
+    # (Ray advertises the host's address even when asked for 127.0.0.1; its ports are
+    # for this machine's processes.)
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-             configure_logging=False, _node_ip_address="127.0.0.1")
+             configure_logging=False)

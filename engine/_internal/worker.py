@@ -13,10 +13,12 @@ from engine._internal import session as _session
 
 
 def _node_ip() -> str:
+    """The address Ray knows this node by."""
     try:
         import ray
 
-        return ray.util.get_node_ip_address()
+        worker = ray._private.worker.global_worker
+        return worker.node_ip_address or ray.util.get_node_ip_address()
     except Exception:  # outside Ray (unit tests)
         return "127.0.0.1"
 

@@ -5,13 +5,24 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine.config import ScalingConfig
 from engine.exceptions import WorkerGroupStartupError
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PollResult:
+    """What one rank said in one poll: new reports, whether it ended, and how."""
+
+    rank: int
+    items: List[Any]
+    finished: bool = False
+    error: Optional[Tuple[str, str]] = None  # (summary, remote traceback)
+    died: Optional[str] = None               # the process is gone
 
 
 @dataclass
@@ -38,6 +49,7 @@ class WorkerGroup:
         self.actors: List[Any] = []
         self.meta: List[WorkerMeta] = []
         self.placement_group = None
+        self._poll_refs: Dict[Any, int] = {}
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -47,8 +59,10 @@ class WorkerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from engine._internal.ray_utils import ensure_ray
         from engine._internal.worker import TrainWorker
 
+        ensure_ray()
         self._check_resources()
         bundles = [self.scaling.worker_resources for _ in range(self.scaling.num_workers)]
         self.placement_group = placement_group(bundles, strategy=self.scaling.placement_strategy)
@@ -134,6 +148,49 @@ class WorkerGroup:
             meta.local_world_size = per_node[meta.node_id]
         self.meta = metas
 
+    def check_storage(self, storage: Any) -> None:
+        from engine._internal.storage_check import check_from_workers
+
+        check_from_workers(storage, self)
+
+    def start_training(self, train_func: Callable, config: Optional[Dict[str, Any]],
+                       session_args: List[Dict[str, Any]],
+                       before_train: Optional[Callable[[], None]] = None) -> None:
+        """Start ``train_func`` on every worker (rank i gets ``session_args[i]``)."""
+        import ray
+
+        fn_ref = ray.put(train_func)  # shipped once, not once per worker
+        ray.get([actor.start_training.remote(fn_ref, config, args, before_train)
+                 for actor, args in zip(self.actors, session_args)])
+        self._poll_refs = {a.poll.remote(constants.POLL_TIMEOUT_S): r
+                           for r, a in enumerate(self.actors)}
+
+    def poll(self, timeout: float) -> List[PollResult]:
+        """Long-poll the running workers: wait up to ``timeout`` for any to say something,
+        then collect every answer that is in. Ranks that have not finished are polled
+        again; an empty list means nobody answered in time."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not self._poll_refs:
+            return []
+        ready, _ = ray.wait(list(self._poll_refs), num_returns=1, timeout=timeout)
+        if not ready:
+            return []
+        ready, _ = ray.wait(list(self._poll_refs), num_returns=len(self._poll_refs), timeout=0)
+        out = []
+        for ref in ready:
+            rank = self._poll_refs.pop(ref)
+            try:
+                items, finished, error = ray.get(ref)
+            except RayActorError as exc:
+                out.append(PollResult(rank, [], died=type(exc).__name__))
+                continue
+            out.append(PollResult(rank, items, finished, error))
+            if not finished and error is None:
+                self._poll_refs[self.actors[rank].poll.remote(constants.POLL_TIMEOUT_S)] = rank
+        return sorted(out, key=lambda r: r.rank)
+
     def execute_async(self, fn: Callable, *args: Any, **kwargs: Any) -> List[Any]:
         return [a.execute.remote(fn, *args, **kwargs) for a in self.actors]
 
@@ -162,6 +219,7 @@ class WorkerGroup:
             except Exception:  # already dead
                 pass
         self.actors = []
+        self._poll_refs = {}
         if self.placement_group is not None:
             try:
                 remove_placement_group(self.placement_group)

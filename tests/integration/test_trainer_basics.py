@@ -40,6 +40,9 @@ def test_seed_config_example(ray_start_4_cpus, storage_path):
         assert key in result.metrics, key
     assert result.metrics["training_iteration"] == 2
     assert result.metrics["done"] is True
+    import ray
+
+    assert result.metrics["node_ip"] == ray.nodes()[0]["NodeManagerAddress"]
     assert result.metrics["config"] == {"num_epochs": 2}
     assert result.config == {"num_epochs": 2}
     assert list(result.metrics_dataframe["epoch"]) == [0, 1]

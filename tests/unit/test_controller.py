@@ -1,0 +1,164 @@
+"""The controller's state machine, driven by a scripted fake worker group (no Ray)."""
+
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+
+from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
+from engine._internal.backend import BackendConfig
+from engine._internal.controller import Controller, RunSpec, RunState
+from engine._internal.session import ReportItem
+from engine._internal.worker_group import PollResult, WorkerMeta
+from engine.callbacks import Callback
+
+
+class FakeGroup:
+    """Plays back one scripted attempt: a list of poll answers."""
+
+    attempts: List[List[List[PollResult]]] = []
+    started = 0
+
+    def __init__(self, scaling, env=None, needs_data_cpus=False):
+        self.scaling = scaling
+        self.meta = [WorkerMeta("n", "127.0.0.1", "h", 100 + r, [], world_rank=r,
+                                local_rank=r, local_world_size=scaling.num_workers)
+                     for r in range(scaling.num_workers)]
+        self.script = FakeGroup.attempts[FakeGroup.started]
+        FakeGroup.started += 1
+        self.shut = False
+
+    def __len__(self):
+        return len(self.meta)
+
+    def start(self):
+        pass
+
+    def check_storage(self, storage):
+        pass
+
+    def start_training(self, train_func, config, session_args, before_train=None):
+        assert [a["context"].world_rank for a in session_args] == list(range(len(self)))
+        self.session_args = session_args
+
+    def poll(self, timeout):
+        return self.script.pop(0) if self.script else []
+
+    def shutdown(self, graceful=False):
+        self.shut = True
+
+
+def item(iteration, **metrics):
+    return ReportItem(iteration, dict(metrics, training_iteration=iteration))
+
+
+def both(iteration, finished=False, **metrics):
+    return [PollResult(0, [item(iteration, rank=0, **metrics)], finished),
+            PollResult(1, [item(iteration, rank=1, **metrics)], finished)]
+
+
+def done():
+    return [PollResult(0, [], True), PollResult(1, [], True)]
+
+
+class Recorder(Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_report(self, metrics, all_metrics):
+        self.events.append(("report", metrics["training_iteration"],
+                            [m["rank"] for m in all_metrics]))
+
+    def on_failure(self, error):
+        self.events.append(("failure", type(error).__name__))
+
+    def on_retry(self, attempt):
+        self.events.append(("retry", attempt))
+
+
+def run(tmp_path, attempts, max_failures=0, callbacks=()):
+    FakeGroup.attempts = attempts
+    FakeGroup.started = 0
+    spec = RunSpec(train_func=lambda: None, train_loop_config={"k": 1},
+                   scaling_config=ScalingConfig(num_workers=2),
+                   run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
+                                        callbacks=list(callbacks),
+                                        failure_config=FailureConfig(max_failures)),
+                   backend_config=BackendConfig())
+    controller = Controller(spec, worker_group_cls=FakeGroup)
+    states = []
+    original = controller._step
+
+    def step():
+        states.append(controller.state)
+        return original()
+
+    controller._step = step
+    return controller, states
+
+
+def test_happy_path_states_and_result(tmp_path):
+    rec = Recorder()
+    controller, states = run(tmp_path, [[both(1, x=1), both(2, x=2), done()]], callbacks=[rec])
+    result = controller.run()
+    assert states == [RunState.INITIALIZING, RunState.SCHEDULING, RunState.RUNNING,
+                      RunState.RUNNING, RunState.RUNNING]
+    assert controller.state is RunState.FINISHED
+    assert result.metrics["x"] == 2 and result.metrics["rank"] == 0
+    assert result.metrics["done"] is True and result.metrics["config"] == {"k": 1}
+    assert ("report", 2, [0, 1]) in rec.events
+
+
+def test_rounds_wait_for_every_rank(tmp_path):
+    rec = Recorder()
+    script = [[PollResult(0, [item(1, rank=0), item(2, rank=0)])],
+              [PollResult(1, [item(1, rank=1)])],
+              [PollResult(1, [item(2, rank=1)])], done()]
+    run_ = run(tmp_path, [script], callbacks=[rec])[0]
+    run_.run()
+    assert [e[1] for e in rec.events if e[0] == "report"] == [1, 2]
+
+
+def test_worker_death_retries_then_finishes(tmp_path):
+    rec = Recorder()
+    first = [both(1, x=1), [PollResult(1, [], died="ActorDiedError")]]
+    second = [both(2, x=2), done()]
+    controller, states = run(tmp_path, [first, second], max_failures=1, callbacks=[rec])
+    result = controller.run()
+    assert RunState.RESTARTING in states
+    assert states.count(RunState.SCHEDULING) == 2
+    assert result.num_failures == 1 and result.metrics["x"] == 2
+    assert ("failure", "WorkerError") in rec.events and ("retry", 1) in rec.events
+
+
+def test_retries_exhausted_raise_with_partial_result(tmp_path):
+    first = [both(1, x=1), [PollResult(1, [], error=("ValueError: boom", "Traceback ..."))]]
+    controller, _ = run(tmp_path, [first], max_failures=0)
+    with pytest.raises(TrainingFailedError, match="rank 1.*ValueError: boom") as info:
+        controller.run()
+    assert controller.state is RunState.ERRORED
+    assert info.value.result.metrics["x"] == 1
+
+
+def test_uneven_reports_are_not_retried(tmp_path):
+    script = [[PollResult(0, [item(1, rank=0), item(2, rank=0)]),
+               PollResult(1, [item(1, rank=1)], finished=True)]]
+    controller, _ = run(tmp_path, [script, script], max_failures=3)
+    with pytest.raises(TrainingFailedError, match="same number of times"):
+        controller.run()
+    assert FakeGroup.started == 1
+
+
+def test_silent_workers_fail_the_health_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_HEALTH_CHECK_TIMEOUT_S", "0.01")
+    controller, _ = run(tmp_path, [[]], max_failures=0)
+    with pytest.raises(TrainingFailedError, match="health check"):
+        controller.run()
+
+
+def test_forever_retries_with_minus_one(tmp_path):
+    dead = [[PollResult(0, [], died="ActorDiedError")]]
+    attempts = [list(dead) for _ in range(5)] + [[both(1, x=9), done()]]
+    controller, _ = run(tmp_path, attempts, max_failures=-1)
+    assert controller.run().num_failures == 5
