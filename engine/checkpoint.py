@@ -27,16 +27,23 @@ class Checkpoint:
     :meth:`as_directory`, :meth:`to_directory` or :meth:`to_dict`.
 
     Args:
-        path: Local path or URI of the directory.
+        path: Local path or URI of the directory (``s3://bucket/key``, also with
+            ``?endpoint_override=host:port&scheme=http`` for S3-compatible servers).
         filesystem: The ``pyarrow.fs`` filesystem holding ``path`` (inferred if None).
+
+    A checkpoint in S3 keeps its endpoint in ``filesystem`` (which pickles its options),
+    while :attr:`uri` shows neither endpoint nor credentials. ``Checkpoint(ckpt.uri)``
+    reopens it in a process that opened that bucket with an endpoint or received a
+    pickled checkpoint or run storage of it (workers do); elsewhere pass
+    ``filesystem=``, or set ``AWS_ENDPOINT_URL_S3`` to the server.
     """
 
     def __init__(self, path: str, filesystem: Optional[pafs.FileSystem] = None) -> None:
-        self._uri = os.fspath(path)
+        path = os.fspath(path)
         if filesystem is None:
-            filesystem, inner = _storage.resolve(self._uri)
+            filesystem, inner = _storage.resolve(path)
         else:
-            inner = _storage.resolve(self._uri, filesystem)[1]
+            inner = _storage.resolve(path, filesystem)[1]
         self.filesystem = filesystem
         self.path = inner
         self._owned_tmp = False  # a temp dir made by from_dict, removed after upload
@@ -77,7 +84,8 @@ class Checkpoint:
 
     @property
     def uri(self) -> str:
-        """Where the checkpoint lives: a local path or a URI without credentials."""
+        """Where the checkpoint lives: a local path, or a URI without credentials and
+        without query (endpoint) parameters."""
         if self.is_local:
             return self.path
         return _storage.Storage(self.filesystem, self.path).display()
@@ -116,6 +124,16 @@ class Checkpoint:
             )
         return pickle.loads(storage.read_bytes(dict_file))
 
+    def get_preprocessor(self) -> Optional[Any]:
+        """The fitted preprocessor the trainer saved in this checkpoint, or None.
+
+        Built-in preprocessors are stored as JSON; a custom one is a pickle and is
+        unpickled here (trusted checkpoints only).
+        """
+        from engine._internal.data import load_preprocessor
+
+        return load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path)
+
     def get_internal_representation(self) -> Tuple[str, str]:
         """``("local_path", path)`` or ``("uri", uri)``, as in the seed pages."""
         return ("local_path", self.path) if self.is_local else ("uri", self.uri)
@@ -137,4 +155,5 @@ def _rebuild(path: str, filesystem: pafs.FileSystem, metrics: Optional[Dict[str,
              ) -> Checkpoint:
     ckpt = Checkpoint(path, filesystem)
     ckpt.metrics = metrics
+    _storage.remember_filesystem(filesystem, path)  # so Checkpoint(ckpt.uri) works here too
     return ckpt

@@ -34,8 +34,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray shared by every test of the session (each start costs seconds)."""
+def ray_session(aws_test_credentials):
+    """A local Ray shared by every test of the session (each start costs seconds).
+
+    Started after ``aws_test_credentials`` so that its workers inherit the fake S3
+    credentials from this process's environment (not runtime_env, which Ray logs).
+    """
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -43,7 +47,7 @@ def ray_session():
         # Workers import test modules (functions defined in tests pickle by reference).
         pythonpath = os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p)
         ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, configure_logging=False,
-                 _node_ip_address="127.0.0.1", log_to_driver=True,
+                 log_to_driver=True,
                  runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()
@@ -81,3 +85,139 @@ def no_env_leak():
             else:
                 os.environ.pop(key, None)
         pytest.fail(f"test leaked environment variables: {sorted(changed)}")
+
+
+# --- S3 on loopback (moto's server mode) ----------------------------------------------
+# A session-scoped fixture sets fake credentials once, before Ray starts, and restores
+# the environment at session end. Session fixtures are set up before the function-scoped
+# no_env_leak guard takes its snapshot and torn down after its last check, so the guard
+# sees no change and needs no exemption for these names.
+FAKE_AWS_SECRET = "tyFakeSecret-" + __import__("uuid").uuid4().hex
+_FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "trainyard-test-key-id",
+    "AWS_SECRET_ACCESS_KEY": FAKE_AWS_SECRET,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+# Unset for the session, so a developer's own AWS setup cannot reach the tests.
+_AWS_ENV_CLEARED = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL",
+                    "AWS_ENDPOINT_URL_S3", "AWS_REGION")
+
+
+@pytest.fixture(scope="session")
+def aws_test_credentials():
+    """Fake S3 credentials in os.environ for the whole session (driver and Ray workers)."""
+    names = list(_FAKE_AWS_ENV) + list(_AWS_ENV_CLEARED)
+    saved = {k: os.environ.get(k) for k in names}
+    for k in _AWS_ENV_CLEARED:
+        os.environ.pop(k, None)
+    os.environ.update(_FAKE_AWS_ENV)
+    yield dict(_FAKE_AWS_ENV)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+class S3Server:
+    """A moto S3 server on 127.0.0.1 in its own process (Ray workers reach it too)."""
+
+    bucket = "trainyard-test"
+
+    def __init__(self, port: int, process, log_path: str) -> None:
+        self.port = port
+        self.process = process
+        self.log_path = log_path
+        self.endpoint = f"127.0.0.1:{port}"
+        self.endpoint_url = f"http://{self.endpoint}"
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url,
+                            region_name=_FAKE_AWS_ENV["AWS_DEFAULT_REGION"],
+                            aws_access_key_id=_FAKE_AWS_ENV["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=_FAKE_AWS_ENV["AWS_SECRET_ACCESS_KEY"])
+
+    def uri(self, key: str, bucket: str = "") -> str:
+        """``s3://bucket/key?endpoint_override=...&scheme=http`` for pyarrow/trainyard."""
+        path = f"{bucket or self.bucket}/{key.strip('/')}".rstrip("/")
+        return f"s3://{path}?endpoint_override={self.endpoint}&scheme=http"
+
+    def keys(self, prefix: str = "", bucket: str = "") -> list:
+        """Every object key under ``prefix`` (paginated)."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(
+            Bucket=bucket or self.bucket, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc, timeout: float) -> bool:
+    import time
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return True
+        except urllib.error.HTTPError:
+            return True  # it answers
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="session")
+def s3_server(aws_test_credentials, tmp_path_factory):
+    """Start ``python -m moto.server`` on a free loopback port, create the test bucket,
+    and stop the server at session end."""
+    import subprocess
+
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
+    log_dir = tmp_path_factory.mktemp("moto")
+    proc = server = None
+    for attempt in range(3):  # the free port can be taken between probe and bind
+        port = _free_port()
+        log_path = str(log_dir / f"moto_{attempt}.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if _wait_http(f"http://127.0.0.1:{port}/moto-api/", proc, timeout=60):
+            server = S3Server(port, proc, log_path)
+            break
+        proc.kill()
+        proc.wait()
+    if server is None:
+        pytest.fail(f"moto S3 server did not start; see {log_dir}")
+    try:
+        server.client().create_bucket(Bucket=server.bucket)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def s3_storage_path(s3_server, request):
+    """A fresh prefix in the test bucket, as a storage_path URI with the endpoint."""
+    import re
+    import uuid
+
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:40]
+    return s3_server.uri(f"runs/{name}-{uuid.uuid4().hex[:8]}")

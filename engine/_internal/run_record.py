@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from engine import constants
 from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
-from engine._internal.storage import Storage, join
+from engine._internal.storage import Storage, join, scrub
 from engine.config import CheckpointConfig
 
 logger = logging.getLogger("engine")
@@ -132,7 +132,7 @@ class RunRecord:
                ) -> None:
         self.data["state"] = state
         if error is not None:
-            self.data["error"] = error[:10_000]
+            self.data["error"] = scrub(error)[:10_000]  # no credentials in the record
         self.save(manager)
 
 

@@ -2,15 +2,32 @@
 
 Every write that must survive a crash is atomic: files are written (and fsynced on local
 disks), then made visible by a rename or a marker written last.
+
+Object stores (S3, GCS) have no directories and no rename: files are written with one
+PUT each (no directory-marker objects), "moving" is a server-side copy and delete per
+file, and deleting a committed checkpoint removes its commit marker first, so a
+half-deleted checkpoint never looks committed.
+
+S3-compatible servers: ``s3://bucket/prefix?endpoint_override=host:port&scheme=http``.
+The endpoint lives in the ``pyarrow`` filesystem object (which pickles its options, so a
+worker or a pickled Checkpoint keeps it); displayed URIs (``Checkpoint.uri``,
+``Result.path``) are ``s3://bucket/prefix`` with no credentials and no query. A bare
+``s3://bucket/...`` URI reuses the filesystem this process last opened for that bucket
+with an explicit endpoint or credentials, or received pickled (workers do); in a fresh
+process set ``AWS_ENDPOINT_URL_S3`` (or ``AWS_ENDPOINT_URL``), which pyarrow honours, or
+pass ``filesystem=``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +37,22 @@ from engine import constants
 from engine.exceptions import StorageError
 
 _REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "abfs", "abfss")
+# Filesystems without directories or rename (pyarrow ``type_name``).
+_OBJECT_STORE_TYPES = ("s3", "gcs")
+# Env variables whose values are secrets, scrubbed from any text the engine shows (key
+# ids are identifiers, shown by the servers' own errors, and stay).
+_SECRET_ENV_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_MIN_SECRET_LEN = 6
+_URI_RE = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_UPLOAD_THREADS = 8
+_COPY_CHUNK = 8 * 1024 * 1024
+
+# (scheme, bucket) -> the filesystem opened for it from a URI with an endpoint or
+# credentials, so that a bare URI of the same bucket (Checkpoint.uri) reopens it.
+_known_filesystems: Dict[Tuple[str, str], pafs.FileSystem] = {}
+# Secrets seen in URIs (the password of user:password@), scrubbed from errors and logs.
+_known_secrets: set = set()
+_registry_lock = threading.Lock()
 
 
 def redact(uri: str) -> str:
@@ -27,14 +60,71 @@ def redact(uri: str) -> str:
     parts = urlsplit(uri)
     if not parts.scheme or parts.scheme == "file":
         return uri
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
+    netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def scrub(text: str) -> str:
+    """``text`` with every URI redacted and every known secret value masked.
+
+    Used on anything that reaches a log, an error message or the run record.
+    """
+    if not text:
+        return text
+    text = _URI_RE.sub(lambda m: redact(m.group(0)), text)
+    secrets = {os.environ.get(name, "") for name in _SECRET_ENV_VARS}
+    with _registry_lock:
+        secrets |= _known_secrets
+    for secret in sorted((s for s in secrets if len(s) >= _MIN_SECRET_LEN), key=len,
+                         reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def is_uri(path: str) -> bool:
     return "://" in str(path)
+
+
+def _scheme_key(scheme: str) -> str:
+    return "gcs" if scheme == "gs" else scheme
+
+
+def _learn_secrets(uri: str) -> None:
+    """Note the password of a ``user:password@`` URI so that scrub() masks it."""
+    userinfo, at, _ = urlsplit(uri).netloc.rpartition("@")
+    _user, colon, password = userinfo.partition(":")
+    if not (at and colon and password):
+        return
+    from urllib.parse import unquote
+
+    with _registry_lock:
+        _known_secrets.update((password, unquote(password)))
+
+
+def _remember(uri: str, fs: pafs.FileSystem, always: bool = False) -> None:
+    """Remember the filesystem of a URI that carries an endpoint or credentials (or that
+    came with an explicit filesystem), so a bare URI of that bucket reopens it."""
+    parts = urlsplit(uri)
+    userinfo, at, bucket = parts.netloc.rpartition("@")
+    if bucket and (always or at or parts.query):
+        with _registry_lock:
+            _known_filesystems[(_scheme_key(parts.scheme), bucket)] = fs
+
+
+def remember_filesystem(fs: pafs.FileSystem, path: str) -> None:
+    """After unpickling (in a worker, or a process given a Checkpoint): let bare URIs of
+    this object-store bucket reopen ``fs`` unless the process knows one already."""
+    if fs.type_name in _OBJECT_STORE_TYPES and path:
+        with _registry_lock:
+            _known_filesystems.setdefault((fs.type_name, path.split("/", 1)[0]), fs)
+
+
+def _known_filesystem(uri: str) -> Optional[pafs.FileSystem]:
+    parts = urlsplit(uri)
+    if parts.query or "@" in parts.netloc:
+        return None
+    with _registry_lock:
+        return _known_filesystems.get((_scheme_key(parts.scheme), parts.netloc))
 
 
 def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
@@ -48,7 +138,10 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
     if filesystem is not None:
         if is_uri(path_or_uri):
             parts = urlsplit(path_or_uri)
-            path_or_uri = (parts.netloc + parts.path).rstrip("/")
+            if parts.scheme in _REMOTE_SCHEMES:
+                _learn_secrets(path_or_uri)
+                _remember(path_or_uri, filesystem, always=True)
+            path_or_uri = (parts.netloc.rpartition("@")[2] + parts.path).rstrip("/")
         return filesystem, path_or_uri
     if not is_uri(path_or_uri) or path_or_uri.startswith("file://"):
         local = path_or_uri[len("file://"):] if path_or_uri.startswith("file://") else path_or_uri
@@ -66,14 +159,21 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
             f"storage_path {redact(path_or_uri)!r} has an unsupported scheme {scheme!r}: use a "
             "local absolute path, s3://, or gs://."
         )
+    _learn_secrets(path_or_uri)
+    known = _known_filesystem(path_or_uri)
+    if known is not None:
+        parts = urlsplit(path_or_uri)
+        return known, (parts.netloc + parts.path).rstrip("/")
     try:
         fs, path = pafs.FileSystem.from_uri(path_or_uri)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError with the raw URI
         raise StorageError(
-            f"Cannot open storage {redact(path_or_uri)!r}: {type(exc).__name__}. Check the URI "
+            f"Cannot open storage {redact(path_or_uri)!r} ({type(exc).__name__}: "
+            f"{_safe_reason(exc)}). Check the URI "
             "and credentials (for S3-compatible servers pass "
             "?endpoint_override=host:port&scheme=http)."
         ) from None
+    _remember(path_or_uri, fs)
     return fs, path.rstrip("/")
 
 
@@ -132,12 +232,26 @@ class Storage:
     def local(self) -> bool:
         return is_local(self.fs)
 
+    @property
+    def object_store(self) -> bool:
+        """True for S3 and GCS: no directories, no rename."""
+        return self.fs.type_name in _OBJECT_STORE_TYPES
+
     def display(self, path: Optional[str] = None) -> str:
+        """``path`` (default: the root) as shown to users: a local path, or a URI with
+        neither credentials nor endpoint (those stay inside the filesystem object)."""
         path = path or self.root
         if self.local:
             return path
         scheme = "s3" if self.fs.type_name == "s3" else self.fs.type_name
         return f"{scheme}://{path}"
+
+    def __repr__(self) -> str:
+        return f"Storage({self.display()!r})"
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        remember_filesystem(self.fs, self.root)
 
     # --- reads -----------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -154,6 +268,18 @@ class Storage:
             return []
         return sorted(info.base_name for info in infos)
 
+    def list_files(self, path: str) -> List[str]:
+        """Relative paths of the files under ``path`` (recursive, sorted; empty when it
+        does not exist)."""
+        try:
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        prefix = path.rstrip("/") + "/"
+        return sorted(info.path[len(prefix):] for info in infos
+                      if info.type == pafs.FileType.File and info.path.startswith(prefix))
+
     def read_bytes(self, path: str) -> bytes:
         with self.fs.open_input_stream(path) as f:
             return f.read()
@@ -165,6 +291,8 @@ class Storage:
 
     # --- writes ----------------------------------------------------------------
     def makedirs(self, path: str) -> None:
+        if self.object_store:  # prefixes need no marker objects
+            return
         self.fs.create_dir(path, recursive=True)
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
@@ -186,6 +314,14 @@ class Storage:
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, default=str).encode("utf-8"))
 
+    def _put_file(self, local_path: str, dest: str) -> None:
+        with open(local_path, "rb") as fin, self.fs.open_output_stream(dest) as fout:
+            while True:
+                chunk = fin.read(_COPY_CHUNK)
+                if not chunk:
+                    break
+                fout.write(chunk)
+
     def upload_dir(self, local_dir: str, dest: str) -> List[str]:
         """Copy a local directory's files to ``dest`` (durably on local disk)."""
         files = list_files(local_dir)
@@ -200,6 +336,16 @@ class Storage:
                 _copy_local_file_durable(os.path.join(local_dir, rel), target)
             for parent in made:
                 _fsync_path(parent, directory=True)
+        elif self.object_store:  # one PUT per file, a few in parallel, no dir markers
+            jobs = [(os.path.join(local_dir, rel), join(dest, rel.replace(os.sep, "/")))
+                    for rel in files]
+            if len(jobs) <= 1:
+                for src, dst in jobs:
+                    self._put_file(src, dst)
+            else:
+                with ThreadPoolExecutor(min(_UPLOAD_THREADS, len(jobs))) as pool:
+                    for fut in [pool.submit(self._put_file, src, dst) for src, dst in jobs]:
+                        fut.result()
         else:
             self.makedirs(dest)
             pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
@@ -210,23 +356,53 @@ class Storage:
         os.makedirs(local_dir, exist_ok=True)
         if self.local:
             shutil.copytree(src, local_dir, dirs_exist_ok=True)
-        else:
-            pafs.copy_files(src, local_dir, source_filesystem=self.fs,
-                            destination_filesystem=pafs.LocalFileSystem())
+            return
+        if not self.is_dir(src):
+            raise FileNotFoundError(f"{self.display(src)} does not exist or is not a directory")
+        pafs.copy_files(src, local_dir, source_filesystem=self.fs,
+                        destination_filesystem=pafs.LocalFileSystem())
 
     def move(self, src: str, dst: str) -> None:
+        """Move a file or a directory. Object stores have no rename: a directory moves
+        file by file (server-side copy, then delete), so it is not atomic there; commit
+        markers, not moves, make checkpoints visible."""
         if self.local:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             os.replace(src, dst)
+        elif self.object_store and self.is_dir(src):
+            for rel in self.list_files(src):
+                self.fs.move(join(src, rel), join(dst, rel))
+            self.delete_dir(src)
         else:
             self.fs.move(src, dst)
 
     def delete_dir(self, path: str) -> None:
+        """Delete a directory and everything under it (nothing if it does not exist).
+
+        A checkpoint's commit marker goes first, so a deletion cut short leaves a
+        directory that a resume treats as uncommitted, never a committed one with
+        files missing (deletion order inside a directory is otherwise arbitrary)."""
+        self._delete_commit_marker(path)
         try:
             self.fs.delete_dir(path)
         except (FileNotFoundError, OSError):
             if self.exists(path):
                 raise
+
+    def _delete_commit_marker(self, path: str) -> None:
+        marker = join(path, constants.COMMIT_MARKER)
+        if self.local:
+            try:
+                os.remove(marker)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            _fsync_path(path, directory=True)
+            return
+        try:
+            if self.fs.get_file_info(marker).type == pafs.FileType.File:
+                self.fs.delete_file(marker)
+        except FileNotFoundError:
+            pass
 
     def fsync_dir(self, path: str) -> None:
         if self.local:
@@ -234,6 +410,8 @@ class Storage:
 
     def check_writable(self) -> None:
         """Write and delete a probe file under the root, or raise StorageError with advice."""
+        if self.object_store:
+            self._check_bucket()
         probe = join(self.root, f".write_probe_{uuid.uuid4().hex}")
         try:
             self.makedirs(self.root)
@@ -247,12 +425,32 @@ class Storage:
                 f"${constants.STORAGE_PATH_ENV_VAR} to a writable directory or bucket."
             ) from None
 
+    def _check_bucket(self) -> None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            missing = self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+        except Exception as exc:
+            raise StorageError(
+                f"Cannot reach the bucket of storage {self.display()!r} "
+                f"({type(exc).__name__}: {_safe_reason(exc)}). Check the endpoint, the "
+                "network and the credentials (for S3: AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY or an instance role)."
+            ) from None
+        if missing:
+            raise StorageError(
+                f"Storage {self.display()!r}: bucket {bucket!r} does not exist (or these "
+                "credentials cannot see it). Create the bucket first, or set "
+                f"RunConfig(storage_path=...) or ${constants.STORAGE_PATH_ENV_VAR} to an "
+                "existing one."
+            )
+
 
 def _safe_reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
-    # Never echo credentials: pyarrow messages can include the request URI.
-    for marker in ("access_key", "secret", "session_token", "AWS"):
-        if marker.lower() in text.lower():
+    text = scrub(text)
+    # Never echo credentials: some messages name the key material they rejected.
+    for marker in ("secret_key", "secret_access_key", "session_token", "signature="):
+        if marker in text.lower():
             return "see the storage server's logs"
     return text[:300]
 

@@ -1,0 +1,204 @@
+"""storage.py and Checkpoint against a real S3-compatible server (moto) on loopback."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pyarrow.fs as pafs
+import pytest
+
+from engine import Checkpoint, constants
+from engine._internal.storage import Storage, redact, resolve, scrub
+from engine.exceptions import StorageError
+from tests.conftest import FAKE_AWS_SECRET, REPO, _free_port
+
+
+def _key(s3_storage_path: str) -> str:
+    """The object-key prefix of an ``s3://bucket/key?...`` URI."""
+    return s3_storage_path.split("?", 1)[0].split("/", 3)[3]
+
+
+@pytest.fixture
+def st(s3_storage_path):
+    return Storage.from_path(s3_storage_path)
+
+
+def test_resolve_keeps_endpoint_in_filesystem_and_hides_it_in_display(s3_server,
+                                                                      s3_storage_path):
+    fs, path = resolve(s3_storage_path)
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert path == f"{s3_server.bucket}/{_key(s3_storage_path)}"
+    shown = Storage(fs, path).display()
+    assert shown == f"s3://{path}" and "?" not in shown and s3_server.endpoint not in shown
+    # The filesystem pickles its endpoint: a worker or a fresh process reaches the server.
+    clone = pickle.loads(pickle.dumps(fs))
+    assert clone.get_file_info(s3_server.bucket).type == pafs.FileType.Directory
+
+
+def test_atomic_json_write_and_read(st, s3_server, s3_storage_path):
+    path = f"{st.root}/run/state.json"
+    st.write_json_atomic(path, {"v": 1})
+    st.write_json_atomic(path, {"v": 2})
+    assert st.read_json(path) == {"v": 2}
+    assert st.read_json(f"{st.root}/run/absent.json") is None
+    # One object, no temp or directory-marker objects beside it.
+    assert s3_server.keys(_key(s3_storage_path)) == [f"{_key(s3_storage_path)}/run/state.json"]
+
+
+def test_upload_list_download(st, s3_server, s3_storage_path, tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    (src / "big.bin").write_bytes(os.urandom(9 * 1024 * 1024))  # more than one chunk
+    dest = f"{st.root}/dst"
+    files = st.upload_dir(str(src), dest)
+    assert files == ["a.txt", "big.bin", "sub/b.txt"]
+    assert st.list_dir(dest) == ["a.txt", "big.bin", "sub"]
+    assert st.list_files(dest) == ["a.txt", "big.bin", "sub/b.txt"]
+    assert st.list_dir(f"{st.root}/nothing") == [] and st.list_files(f"{st.root}/no") == []
+    assert st.is_dir(dest) and st.exists(f"{dest}/a.txt") and not st.exists(f"{dest}/z")
+    prefix = _key(s3_storage_path)
+    assert s3_server.keys(prefix) == [f"{prefix}/dst/{f}" for f in files]  # no dir markers
+    out = tmp_path / "out"
+    st.download_dir(dest, str(out))
+    assert (out / "a.txt").read_text() == "a" and (out / "sub" / "b.txt").read_text() == "b"
+    assert (out / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+    with pytest.raises(FileNotFoundError):
+        st.download_dir(f"{st.root}/missing", str(tmp_path / "out2"))
+
+
+def test_move_file_and_directory(st, tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a").write_text("a")
+    (src / "sub" / "b").write_text("b")
+    st.upload_dir(str(src), f"{st.root}/staging")
+    st.move(f"{st.root}/staging/a", f"{st.root}/one/a")
+    assert st.read_bytes(f"{st.root}/one/a") == b"a"
+    assert not st.exists(f"{st.root}/staging/a")
+    st.move(f"{st.root}/staging", f"{st.root}/two")  # no rename on S3: file by file
+    assert st.list_files(f"{st.root}/two") == ["sub/b"]
+    assert not st.exists(f"{st.root}/staging")
+
+
+def test_delete_dir_removes_everything_and_ignores_missing(st, s3_server, s3_storage_path,
+                                                          tmp_path):
+    src = tmp_path / "ck"
+    (src / "sub").mkdir(parents=True)
+    (src / "w.bin").write_bytes(b"w")
+    (src / "sub" / "x").write_bytes(b"x")
+    for name in ("checkpoint_000000", "checkpoint_000001"):
+        st.upload_dir(str(src), f"{st.root}/{name}")
+        st.write_json_atomic(f"{st.root}/{name}/{constants.COMMIT_MARKER}", {"index": 0})
+    st.delete_dir(f"{st.root}/checkpoint_000000")
+    st.delete_dir(f"{st.root}/never_there")
+    assert st.list_dir(st.root) == ["checkpoint_000001"]
+    prefix = _key(s3_storage_path)
+    left = {k[len(prefix) + 1:].split("/", 1)[0] for k in s3_server.keys(prefix)}
+    assert left - {""} == {"checkpoint_000001"}  # "" is the run dir's own marker
+
+
+def test_check_writable_ok_and_missing_bucket_is_clear(st, s3_server):
+    st.check_writable()
+    missing = Storage.from_path(s3_server.uri("runs", bucket="no-such-bucket-here"))
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket-here' does not exist") as ei:
+        missing.check_writable()
+    assert FAKE_AWS_SECRET not in str(ei.value)
+    assert "s3://no-such-bucket-here/runs" in str(ei.value) and "?" not in str(ei.value)
+
+
+def test_unreachable_endpoint_is_clear_error():
+    port = _free_port()  # nothing listens there
+    fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                           connect_timeout=1, request_timeout=1,
+                           retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
+    st = Storage.from_path("s3://b/x", fs)
+    with pytest.raises(StorageError, match="Cannot reach the bucket") as ei:
+        st.check_writable()
+    assert "?" not in str(ei.value) and FAKE_AWS_SECRET not in str(ei.value)
+
+
+def test_bad_uri_parameter_is_named_without_secrets():
+    with pytest.raises(StorageError, match="unexpected_option") as ei:
+        resolve(f"s3://k:{FAKE_AWS_SECRET}@b/x?unexpected_option=1")
+    assert FAKE_AWS_SECRET not in str(ei.value)
+
+
+def test_scrub_masks_secrets_and_uri_parameters(aws_test_credentials):
+    text = (f"failed: s3://KEY:{FAKE_AWS_SECRET}@b/p?endpoint_override=h:1 and "
+            f"env secret {FAKE_AWS_SECRET}")
+    out = scrub(text)
+    assert FAKE_AWS_SECRET not in out and "endpoint_override" not in out
+    assert "s3://b/p" in out
+    assert redact("s3://KEY:SEC@b/p?x=1") == "s3://b/p"
+
+
+def test_credentials_in_uri_work_and_never_show(s3_server, tmp_path):
+    secret = "uriSecret-" + os.urandom(6).hex()
+    bucket = "trainyard-test-uri-creds"  # its own bucket: bare URIs of it reuse this fs
+    s3_server.client().create_bucket(Bucket=bucket)
+    uri = s3_server.uri("creds", bucket=bucket).replace("s3://", f"s3://uri-key-id:{secret}@")
+    st = Storage.from_path(uri)
+    st.write_json_atomic(f"{st.root}/x.json", {"ok": True})
+    assert st.read_json(f"{st.root}/x.json") == {"ok": True}
+    assert secret not in st.display() and secret not in repr(st)
+    assert secret not in scrub(f"error talking to {uri}: token {secret}")
+    ckpt = Checkpoint(f"{uri.split('?')[0]}/x.json".rsplit("/", 1)[0], st.fs)
+    assert secret not in ckpt.uri and secret not in repr(ckpt)
+
+
+def test_checkpoint_on_s3_reads_and_reopens_from_uri(s3_server, s3_storage_path, tmp_path):
+    st = Storage.from_path(s3_storage_path)
+    local = Checkpoint.from_dict({"epoch": 7})
+    st.upload_dir(local.path, f"{st.root}/ckpt")
+    base, query = s3_storage_path.split("?")
+    ckpt = Checkpoint.from_directory(f"{base}/ckpt?{query}")
+    assert ckpt.uri == f"{base}/ckpt" and not ckpt.is_local
+    assert ckpt.get_internal_representation() == ("uri", f"{base}/ckpt")
+    assert ckpt.to_dict() == {"epoch": 7}
+    with ckpt.as_directory() as d:
+        assert os.listdir(d) == [constants.DICT_CHECKPOINT_FILE]
+    assert not os.path.exists(d)
+    out = ckpt.to_directory(str(tmp_path / "out"))
+    assert os.listdir(out) == [constants.DICT_CHECKPOINT_FILE]
+    assert pickle.loads(pickle.dumps(ckpt)).to_dict() == {"epoch": 7}
+    # The bare URI reopens the same server in this process.
+    again = Checkpoint(ckpt.uri)
+    assert again == ckpt and again.to_dict() == {"epoch": 7}
+
+
+def test_checkpoint_from_a_fresh_process(s3_server, s3_storage_path, tmp_path):
+    st = Storage.from_path(s3_storage_path)
+    st.upload_dir(Checkpoint.from_dict({"epoch": 3}).path, f"{st.root}/ckpt")
+    base, query = s3_storage_path.split("?")
+    ckpt = Checkpoint(f"{base}/ckpt?{query}")
+    pickled = tmp_path / "ckpt.pkl"
+    pickled.write_bytes(pickle.dumps(ckpt))
+    unpickle_then_bare = (
+        "import pickle, sys, os\n"
+        "from engine import Checkpoint\n"
+        "c = pickle.load(open(sys.argv[1], 'rb'))\n"
+        "assert c.to_dict() == {'epoch': 3}\n"
+        "with c.as_directory() as d: assert os.listdir(d) == ['dict_checkpoint.pkl']\n"
+        "assert os.listdir(c.to_directory()) == ['dict_checkpoint.pkl']\n"
+        "assert Checkpoint(c.uri).to_dict() == {'epoch': 3}\n"  # its bucket is known now
+        "print('OK', c.uri)\n"
+    )
+    bare_only = (  # a fresh process given only the URI finds the server through the env
+        "import sys\n"
+        "from engine import Checkpoint\n"
+        "c = Checkpoint(sys.argv[2])\n"
+        "assert c.to_dict() == {'epoch': 3}\n"
+        "print('OK', c.uri)\n"
+    )
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
+    for script, extra in ((unpickle_then_bare, {}),
+                          (bare_only, {"AWS_ENDPOINT_URL_S3": s3_server.endpoint_url})):
+        env = dict(base_env, PYTHONPATH=REPO, **extra)
+        proc = subprocess.run([sys.executable, "-c", script, str(pickled), ckpt.uri],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.strip() == f"OK {base}/ckpt"
+    assert "?" not in ckpt.uri
