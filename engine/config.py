@@ -142,7 +142,7 @@ class FailureConfig:
         return self.max_failures == -1 or failures_so_far < self.max_failures
 
 
-@dataclass
+@dataclass(repr=False)
 class RunConfig:
     """Where and how a run is recorded.
 
@@ -175,6 +175,8 @@ class RunConfig:
             self.failure_config = FailureConfig()
         if self.callbacks is None:
             self.callbacks = []
+        if self.storage_path is not None and not isinstance(self.storage_path, str):
+            self.storage_path = str(self.storage_path)  # pathlib.Path is welcome
         if self.name is not None:
             if not isinstance(self.name, str) or not self.name.strip() \
                     or "/" in self.name or self.name in (".", ".."):
@@ -182,6 +184,16 @@ class RunConfig:
                     f"RunConfig(name={self.name!r}) is invalid: use a non-empty name "
                     "without '/'."
                 )
+
+
+    def __repr__(self) -> str:
+        from engine._internal.storage import redact
+
+        shown = redact(self.storage_path) if self.storage_path else None
+        return (f"RunConfig(name={self.name!r}, storage_path={shown!r}, "
+                f"checkpoint_config={self.checkpoint_config!r}, "
+                f"failure_config={self.failure_config!r}, callbacks={self.callbacks!r}, "
+                f"verbose={self.verbose!r})")
 
 
 @dataclass

@@ -124,7 +124,8 @@ class Controller:
         for cb in self.callbacks:
             cb.on_run_end(result)
         if self.state is RunState.ERRORED:
-            raise TrainingFailedError(str(self.error), result=result) from self.error
+            raise TrainingFailedError(_storage.scrub(str(self.error)),
+                                      result=result) from self.error
         return result
 
     def _step(self) -> RunState:
@@ -275,7 +276,7 @@ class Controller:
             cb.on_failure(error)
         decision = self.failure_policy.make_decision(error, self.failures)
         if decision is FailureDecision.RETRY:
-            logger.warning("Training failed: %s", _first_line(error))
+            logger.warning("Training failed: %s", _storage.scrub(_first_line(error)))
             return RunState.RESTARTING
         self._teardown()
         self.record.clean_staging()

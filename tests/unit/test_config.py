@@ -78,3 +78,12 @@ def test_nan_ranks_worst():
     assert score_is_better(1.0, math.nan, "max")
     assert score_is_better(1.0, math.nan, "min")
     assert not score_is_better(math.nan, 1.0, "min")
+
+
+def test_run_config_repr_hides_credentials():
+    rc = RunConfig(storage_path="s3://key:topsecret@bucket/p?endpoint_override=h:1")
+    assert "topsecret" not in repr(rc) and "s3://bucket/p" in repr(rc)
+
+
+def test_run_config_accepts_pathlib(tmp_path):
+    assert RunConfig(storage_path=tmp_path).storage_path == str(tmp_path)
