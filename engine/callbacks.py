@@ -1,13 +1,48 @@
-"""Driver-side callbacks: hooks with no-op defaults, fed by the controller."""
+"""Driver-side callbacks: hooks with no-op defaults, fed by the controller and the Tuner.
+
+    from engine.callbacks import LoggerCallback
+
+    class LoggingCallback(LoggerCallback):
+        def __init__(self):
+            self.results = []
+
+        def log_trial_result(self, iteration, trial, result):
+            self.results.append(trial.last_result)
+
+A plain ``fit()`` is presented as a single trial (``on_trial_start`` … ``on_trial_complete``
+around its reports), so the same callback works with ``Tuner.fit()``. A callback that
+raises is logged once with its traceback and disabled; training goes on and
+``Result.callback_errors`` lists it.
+
+Built-ins: :class:`JsonLoggerCallback` (``result.json``) and :class:`CSVLoggerCallback`
+(``progress.csv``) run on every ``fit()`` unless ``TRAINYARD_DISABLE_DEFAULT_LOGGERS=1``;
+:class:`TensorBoardLoggerCallback` and :class:`MLflowLoggerCallback` are added through
+``RunConfig(callbacks=[...])`` (``pip install 'trainyard[tracking]'``).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import importlib
+from typing import TYPE_CHECKING, Any, Dict, List
+
+from engine._internal.trial import Trial
+
+if TYPE_CHECKING:  # the built-ins load on first use: engine.callbacks stays light
+    from engine._internal.loggers.run_files import CSVLoggerCallback, JsonLoggerCallback
+    from engine._internal.loggers.scalar_events import TensorBoardLoggerCallback
+    from engine._internal.loggers.tracking_store import MLflowLoggerCallback
 
 
 class Callback:
-    """Subclass and override the hooks you need; each one is a no-op by default."""
+    """Subclass and override the hooks you need; each one is a no-op by default.
 
+    Run hooks (``on_run_*``, ``on_report`` …) come from one training run's controller;
+    trial hooks (``on_trial_*``) from the Tuner, and from ``fit()`` presenting itself as
+    a single trial. ``iteration`` in the trial hooks is the result's
+    ``training_iteration`` in ``fit()`` and the Tuner's step count in a Tuner.
+    """
+
+    # --- one training run ----------------------------------------------------------
     def on_run_start(self, run_name: str, config: Dict[str, Any]) -> None:
         """Before the first worker group starts."""
 
@@ -25,3 +60,71 @@ class Callback:
 
     def on_run_end(self, result: Any) -> None:
         """After the run finished or failed."""
+
+    # --- trials (Tuner, and fit() as one trial) ---------------------------------
+    def on_trial_start(self, iteration: int, trials: List[Trial], trial: Trial,
+                       **info: Any) -> None:
+        """A trial starts (``trials``: every trial of the experiment so far)."""
+
+    def on_trial_result(self, iteration: int, trials: List[Trial], trial: Trial,
+                        result: Dict[str, Any], **info: Any) -> None:
+        """A trial reported ``result`` (already in ``trial.last_result``)."""
+
+    def on_trial_complete(self, iteration: int, trials: List[Trial], trial: Trial,
+                          **info: Any) -> None:
+        """A trial finished successfully."""
+
+    def on_trial_error(self, iteration: int, trials: List[Trial], trial: Trial,
+                       **info: Any) -> None:
+        """A trial failed (its error is on ``trial.error``)."""
+
+
+class LoggerCallback(Callback):
+    """A callback that logs trials: override ``log_trial_start``, ``log_trial_result``
+    and ``log_trial_end``; the trial hooks are mapped onto them.
+
+    Subclasses need not call ``super().__init__()``.
+    """
+
+    def log_trial_start(self, trial: Trial) -> None:
+        """A trial starts."""
+
+    def log_trial_result(self, iteration: int, trial: Trial, result: Dict[str, Any]) -> None:
+        """A trial reported ``result``."""
+
+    def log_trial_end(self, trial: Trial, failed: bool = False) -> None:
+        """A trial ended; ``failed`` when it errored."""
+
+    def on_trial_start(self, iteration: int, trials: List[Trial], trial: Trial,
+                       **info: Any) -> None:
+        self.log_trial_start(trial)
+
+    def on_trial_result(self, iteration: int, trials: List[Trial], trial: Trial,
+                        result: Dict[str, Any], **info: Any) -> None:
+        self.log_trial_result(iteration, trial, result)
+
+    def on_trial_complete(self, iteration: int, trials: List[Trial], trial: Trial,
+                          **info: Any) -> None:
+        self.log_trial_end(trial, failed=False)
+
+    def on_trial_error(self, iteration: int, trials: List[Trial], trial: Trial,
+                       **info: Any) -> None:
+        self.log_trial_end(trial, failed=True)
+
+
+_BUILTINS = {
+    "JsonLoggerCallback": "engine._internal.loggers.run_files",
+    "CSVLoggerCallback": "engine._internal.loggers.run_files",
+    "TensorBoardLoggerCallback": "engine._internal.loggers.scalar_events",
+    "MLflowLoggerCallback": "engine._internal.loggers.tracking_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BUILTINS:
+        return getattr(importlib.import_module(_BUILTINS[name]), name)
+    raise AttributeError(f"module 'engine.callbacks' has no attribute {name!r}")
+
+
+__all__ = ["Callback", "LoggerCallback", "Trial", "JsonLoggerCallback", "CSVLoggerCallback",
+           "TensorBoardLoggerCallback", "MLflowLoggerCallback"]

@@ -124,6 +124,13 @@ class Checkpoint:
             )
         return pickle.loads(storage.read_bytes(dict_file))
 
+    def get_model_card(self) -> Optional[Dict[str, Any]]:
+        """The ``model_card.json`` a trainer wrote into this checkpoint (framework,
+        feature and label columns, metrics, config, created_at, data fingerprint), or
+        None for a checkpoint made outside a trainer."""
+        storage = _storage.Storage(self.filesystem, self.path)
+        return storage.read_json(_storage.join(self.path, constants.MODEL_CARD_FILE))
+
     def get_preprocessor(self) -> Optional[Any]:
         """The fitted preprocessor the trainer saved in this checkpoint, or None.
 

@@ -158,6 +158,9 @@ class RunConfig:
         verbose: 0 silent, 1 a line per report, 2 more detail.
         storage_filesystem: A ``pyarrow.fs.FileSystem`` to use instead of one inferred
             from ``storage_path`` (e.g. S3 with an ``endpoint_override``).
+        metrics_reduce: Reduce a metric across all ranks each round, e.g.
+            ``{"loss": "mean", "samples": "sum"}`` (``mean``, ``sum``, ``min``, ``max``);
+            the values are added next to rank 0's as ``loss_mean``, ``samples_sum``.
     """
 
     name: Optional[str] = None
@@ -167,8 +170,10 @@ class RunConfig:
     callbacks: Optional[List[Any]] = None
     verbose: int = 1
     storage_filesystem: Any = None
+    metrics_reduce: Optional[Dict[str, str]] = None
 
     def __post_init__(self) -> None:
+        _check_metrics_reduce(self.metrics_reduce)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:
@@ -193,7 +198,20 @@ class RunConfig:
         return (f"RunConfig(name={self.name!r}, storage_path={shown!r}, "
                 f"checkpoint_config={self.checkpoint_config!r}, "
                 f"failure_config={self.failure_config!r}, callbacks={self.callbacks!r}, "
-                f"verbose={self.verbose!r})")
+                f"verbose={self.verbose!r}, metrics_reduce={self.metrics_reduce!r})")
+
+
+def _check_metrics_reduce(spec: Any) -> None:
+    from engine._internal.worker_metrics import REDUCE_OPS
+
+    if spec is None:
+        return
+    if not isinstance(spec, dict) or not all(
+            isinstance(k, str) and v in REDUCE_OPS for k, v in spec.items()):
+        raise ConfigError(
+            f"RunConfig(metrics_reduce={spec!r}) is invalid: use a dict of metric name to "
+            f"one of {', '.join(REDUCE_OPS)}, e.g. {{'loss': 'mean', 'samples': 'sum'}}."
+        )
 
 
 @dataclass

@@ -38,3 +38,31 @@ STAGING_DIR = ".staging"
 RUN_STATE_FILE = "run_state.json"
 RUN_STATE_VERSION = 1
 DICT_CHECKPOINT_FILE = "dict_checkpoint.pkl"
+MODEL_CARD_FILE = "model_card.json"
+
+# Driver-side loggers. result.json and progress.csv are written for every fit() unless
+# this is set to 1 (callbacks passed in RunConfig(callbacks=...) still run).
+DISABLE_DEFAULT_LOGGERS_ENV_VAR = "TRAINYARD_DISABLE_DEFAULT_LOGGERS"
+RESULT_JSON_FILE = "result.json"
+PROGRESS_CSV_FILE = "progress.csv"
+PARAMS_JSON_FILE = "params.json"
+# Object stores have no append: loggers keep their files in memory and write them whole
+# at each checkpoint, at the end of a trial, and at most this often in between.
+LOGGER_REMOTE_FLUSH_PERIOD_S = 60.0
+# Where Result.plot() writes its PNG when no path is given (inside the run directory).
+PLOT_FILE = "learning_curve.png"
+
+# The fields every report gets from the engine (the seed's result.metrics listing).
+AUTOMATIC_FIELDS = (
+    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "done",
+    "hostname", "node_ip", "pid", "trial_id", "experiment_id", "experiment_tag", "config",
+    "iterations_since_restore", "time_since_restore",
+)
+
+# Batch prediction: rows per model call unless BatchPredictor.predict(batch_size=) says.
+DEFAULT_PREDICT_BATCH_SIZE = 4096
+# Batch prediction: the block size Ray Data aims for when BatchPredictor reads Parquet or
+# CSV paths itself. Ray's default (128 MiB) packs a file's row groups into a few big
+# blocks, and one block goes to one actor: small blocks keep every actor of the pool busy.
+PREDICT_READ_BLOCK_BYTES_ENV_VAR = "TRAINYARD_PREDICT_READ_BLOCK_BYTES"
+DEFAULT_PREDICT_READ_BLOCK_BYTES = 8 * 2 ** 20

@@ -50,3 +50,30 @@ class TrainingFailedError(TrainyardError):
 
     def __reduce__(self):  # keep `.result` when pickled across processes
         return (type(self), (self.args[0], self.result))
+
+
+class MissingColumnsError(ConfigError):
+    """A dataset or batch lacks columns that a model (its model card, preprocessor or
+    the arguments given) needs. ``.missing`` lists them."""
+
+    def __init__(self, message: str, missing: Optional[list] = None) -> None:
+        super().__init__(message)
+        self.missing = list(missing or [])
+
+    def __reduce__(self):  # crosses actors: keep `.missing`
+        return (type(self), (self.args[0], self.missing))
+
+
+class FrameworkMismatchError(CheckpointError):
+    """A checkpoint written by one framework's trainer was given to another framework's
+    predictor. ``.checkpoint_framework`` and ``.predictor_framework`` name both."""
+
+    def __init__(self, message: str, checkpoint_framework: Optional[str] = None,
+                 predictor_framework: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.checkpoint_framework = checkpoint_framework
+        self.predictor_framework = predictor_framework
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.checkpoint_framework,
+                             self.predictor_framework))

@@ -20,6 +20,8 @@ class Result:
         path: The run directory (local path or URI); ``log_dir`` is an alias.
         config: The ``train_loop_config`` of the run.
         num_failures: How many times the worker group was restarted after a failure.
+        callback_errors: One line for each callback that raised and was disabled
+            (``"MyCallback.on_report raised ValueError: ..."``).
     """
 
     metrics: Dict[str, Any] = field(default_factory=dict)
@@ -30,6 +32,8 @@ class Result:
     config: Optional[Dict[str, Any]] = None
     num_failures: int = 0
     history: List[Dict[str, Any]] = field(default_factory=list, repr=False)
+    worker_history: List[List[Dict[str, Any]]] = field(default_factory=list, repr=False)
+    callback_errors: List[str] = field(default_factory=list)
 
     @property
     def log_dir(self) -> str:
@@ -43,10 +47,44 @@ class Result:
         rows = [_flatten(row) for row in self.history]
         return pd.DataFrame(rows)
 
+    @property
+    def worker_metrics_dataframe(self):
+        """Every rank's metrics of every report as a pandas DataFrame: one row per rank
+        and report, with a ``rank`` column (rank 0's rows are those of
+        :attr:`metrics_dataframe`)."""
+        import pandas as pd
+
+        from engine._internal.worker_metrics import worker_rows
+
+        return pd.DataFrame([_flatten(r) for r in worker_rows(self.history,
+                                                                self.worker_history)])
+
+    def plot(self, metrics: Optional[List[str]] = None, path: Optional[str] = None,
+             x: str = "training_iteration") -> str:
+        """Write a PNG learning curve of ``metrics`` over ``x``, one panel per metric.
+
+        Args:
+            metrics: Column names of :attr:`metrics_dataframe`; None plots every
+                numeric metric that is not an automatic field.
+            path: Where to write the PNG (local path or URI); defaults to
+                ``learning_curve.png`` in the run directory.
+            x: The x axis column.
+
+        Returns:
+            The path (or URI) written.
+
+        Raises:
+            ValueError: A metric that was never reported, or is not numeric.
+        """
+        from engine._internal.plotting import plot_results
+
+        return plot_results([self], metrics, path, self.path, x)
+
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.metrics.items() if k != "config"}
+        errors = f", callback_errors={self.callback_errors!r}" if self.callback_errors else ""
         return (f"Result(metrics={shown!r}, checkpoint={self.checkpoint!r}, "
-                f"error={self.error!r}, path={self.path!r})")
+                f"error={self.error!r}, path={self.path!r}{errors})")
 
 
 def _flatten(row: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

@@ -36,6 +36,9 @@ class DataParallelTrainer(BaseTrainer):
         dataset_config: Which datasets are split across workers.
         resume_from_checkpoint: Given to ``get_checkpoint()`` when the run has none yet.
         metadata: Free-form JSON-able dict kept with the run.
+        preprocessor: An ``engine.preprocessors.Preprocessor``: fitted on
+            ``datasets["train"]`` unless already fitted, applied to every dataset before
+            it is split, and saved in each checkpoint (``Checkpoint.get_preprocessor()``).
 
     Raises (from ``fit``):
         TrainingFailedError: a worker failed and retries are exhausted.
@@ -51,7 +54,8 @@ class DataParallelTrainer(BaseTrainer):
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DataConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None,
+                 preprocessor: Optional[Any] = None) -> None:
         if not callable(train_loop_per_worker):
             raise ConfigError(
                 f"train_loop_per_worker must be a function, got "
@@ -70,26 +74,67 @@ class DataParallelTrainer(BaseTrainer):
         self.run_config = run_config or RunConfig()
         self.backend_config = backend_config or self._default_backend_config()
         self.datasets = dict(datasets or {})
+        if self.datasets:
+            from engine._internal.data import check_dataset_inputs
+
+            check_dataset_inputs(self.datasets)
         self.dataset_config = dataset_config or DataConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
         self.metadata = metadata or {}
+        if preprocessor is not None:
+            from engine.preprocessors import Preprocessor
+
+            if not isinstance(preprocessor, Preprocessor):
+                raise ConfigError(
+                    "preprocessor must be an engine.preprocessors.Preprocessor (e.g. "
+                    f"StandardScaler(columns)), got {type(preprocessor).__name__}."
+                )
+        self.preprocessor = preprocessor
 
     def _worker_env(self) -> Dict[str, str]:
         return {}
 
     def _run_spec(self) -> RunSpec:
-        return RunSpec(
+        datasets = self.datasets
+        if self.preprocessor is not None:
+            from engine._internal.data import prepare_datasets
+
+            datasets = prepare_datasets(self.datasets, self.preprocessor)
+        spec = RunSpec(
             train_func=self.train_loop_per_worker,
             train_loop_config=self.train_loop_config,
             scaling_config=self.scaling_config,
             run_config=self.run_config,
             backend_config=self.backend_config,
             trainer_name=type(self).__name__,
-            datasets=self.datasets,
+            datasets=datasets,
             data_config=self.dataset_config,
             resume_from_checkpoint=self.resume_from_checkpoint,
             worker_env=self._worker_env(),
         )
+        # The controller saves it into each committed checkpoint (data.save_preprocessor).
+        spec.preprocessor = self.preprocessor
+        spec.model_card = self._model_card()
+        return spec
+
+    #: Written into model cards; framework trainers override it ("torch", "xgboost" …).
+    _framework = "generic"
+
+    def _model_card(self) -> Dict[str, Any]:
+        """What prediction needs to know about this model besides its weights.
+
+        ``metadata`` may give ``feature_columns``, ``label_column`` and
+        ``data_fingerprint``; trainers with a ``label_column`` argument fill it in.
+        """
+        meta = self.metadata or {}
+        return {
+            "framework": self._framework,
+            "trainer": type(self).__name__,
+            "feature_columns": meta.get("feature_columns"),
+            "label_column": meta.get("label_column", getattr(self, "label_column", None)),
+            "data_fingerprint": meta.get("data_fingerprint"),
+            "metadata": meta,
+        }
 
     def fit(self) -> Result:
         """Run training to the end and return its :class:`Result`."""

@@ -76,8 +76,10 @@ def no_env_leak():
     after = dict(os.environ)
     changed = {k for k in set(before) | set(after)
                if before.get(k) != after.get(k)} - _ALLOWED_ENV_CHANGES
-    # Ray's own variables, and the OpenMP ones that importing torch sets once per process.
-    changed = {k for k in changed if not k.startswith(("RAY_", "__RAY", "KMP_"))}
+    # Ray's own variables, the OpenMP ones that importing torch sets once per process,
+    # and CRC32C_SW_MODE that importing tensorboardX sets once per process.
+    changed = {k for k in changed
+               if not k.startswith(("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE"))}
     if changed:
         for key in changed:
             if key in before:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import shutil
 import time
 import uuid
 import warnings
@@ -18,11 +19,14 @@ from typing import Any, Callable, Dict, List, Optional
 from engine import constants
 from engine._internal import storage as _storage
 from engine._internal.backend import Backend, BackendConfig
+from engine._internal.callback_runner import CallbackRunner
 from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.session import ReportItem, TrainContext
-from engine._internal.worker_group import WorkerGroup
+from engine._internal.trial import Trial
+from engine._internal.worker_metrics import reduce_metrics
+from engine._internal.worker_group import PollResult, WorkerGroup
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
 from engine.exceptions import (CheckpointError, TrainingFailedError, TrainyardError,
@@ -68,6 +72,26 @@ class _FatalError(TrainyardError):
     """A failure a retry cannot fix (e.g. uneven report() calls)."""
 
 
+class TrialAction(enum.Enum):
+    """What a tuner tells a running trial (``Controller(decide=...)``)."""
+
+    CONTINUE = "CONTINUE"
+    STOP = "STOP"        # early stopping: the run ends now as FINISHED (done=True)
+    PAUSE = "PAUSE"      # the tuning loop was interrupted: end now, stay resumable
+    RESTART = "RESTART"  # PBT's exploit: adopt `checkpoint`, restart with `config`
+
+
+@dataclass
+class TrialDecision:
+    """``checkpoint``: a local copy (without commit marker) adopted as this run's latest
+    checkpoint before restarting; ``trial_info`` updates ``RunSpec.trial_info``."""
+
+    action: TrialAction
+    config: Optional[Dict[str, Any]] = None
+    checkpoint: Optional[Checkpoint] = None
+    trial_info: Optional[Dict[str, Any]] = None
+
+
 @dataclass
 class RunSpec:
     """Everything a trainer hands the controller."""
@@ -83,19 +107,27 @@ class RunSpec:
     resume_from_checkpoint: Optional[Checkpoint] = None
     worker_env: Dict[str, str] = field(default_factory=dict)
     trial_info: Dict[str, Any] = field(default_factory=dict)
+    # Saved into every committed checkpoint, so prediction needs nothing else.
+    preprocessor: Any = None
+    model_card: Dict[str, Any] = field(default_factory=dict)
 
 
 class Controller:
     """Runs one training run to a Result (or raises TrainingFailedError)."""
 
     def __init__(self, spec: RunSpec,
-                 worker_group_cls: Callable[..., WorkerGroup] = WorkerGroup) -> None:
+                 worker_group_cls: Callable[..., WorkerGroup] = WorkerGroup,
+                 decide: Optional[Callable[[Optional[Dict[str, Any]]],
+                                           Optional[TrialDecision]]] = None) -> None:
         self.spec = spec
         self.run_config = spec.run_config
         self.worker_group_cls = worker_group_cls
+        # A tuner's hook: called with each round's metrics, and with None once per poll.
+        self.decide = decide
         self.failure_policy = FailurePolicy(self.run_config.failure_config.max_failures)
         self.backend: Backend = spec.backend_config.backend_cls()
-        self.callbacks = list(self.run_config.callbacks or [])
+        # Defaults (result.json, progress.csv) first, then RunConfig(callbacks=...).
+        self.callbacks = CallbackRunner.with_defaults(self.run_config.callbacks)
         self.state = RunState.INITIALIZING
         self.name = self.run_config.name or _fresh_name(spec.trainer_name)
         root = _storage.Storage.from_path(_default_storage(self.run_config),
@@ -117,12 +149,12 @@ class Controller:
         try:
             while not self.state.terminal:
                 self.state = self._step()
-        except BaseException:
+        except BaseException as exc:
             self._teardown()
+            self.callbacks.end_trial(exc)  # loggers close their files
             raise
         result = self._finished_result or self._build_result()
-        for cb in self.callbacks:
-            cb.on_run_end(result)
+        self.callbacks.end_run(result, self.error if self.state is RunState.ERRORED else None)
         if self.state is RunState.ERRORED:
             raise TrainingFailedError(_storage.scrub(str(self.error)),
                                       result=result) from self.error
@@ -157,8 +189,10 @@ class Controller:
             )
         self.record.begin(self.spec)
         self.record.save(self.manager)
-        for cb in self.callbacks:
-            cb.on_run_start(self.name, self.spec.train_loop_config or {})
+        trial = Trial(trial_id=self.record.trial_id, trial_name=self.name,
+                      config=self.spec.train_loop_config or {}, path=self.storage.display(),
+                      storage=self.storage)
+        self.callbacks.start_run(self.name, self.spec.train_loop_config or {}, trial)
         return RunState.SCHEDULING
 
     def _schedule(self) -> RunState:
@@ -231,9 +265,19 @@ class Controller:
             elif res.finished:
                 self.tracker.finish(res.rank)
         if failure is not None:
-            self._drain_healthy()
+            dead = self._drain_healthy()
+            if dead is not None and not _is_death(failure):
+                # A rank's process died and its peers' collectives then broke: the death
+                # is the cause worth reporting, the peers' errors are its echo.
+                failure = WorkerError(dead.rank, "the worker process died (killed, e.g. by "
+                                      f"SIGKILL or the OOM killer, or crashed): {dead.died}; "
+                                      f"other ranks then failed: {_first_line(failure)}")
             return self._on_failure(failure)
-        self._process_rounds()
+        decision = self._process_rounds()
+        if decision is None and self.decide is not None:
+            decision = self.decide(None)
+        if decision is not None and decision.action is not TrialAction.CONTINUE:
+            return self._apply_decision(decision)
         mismatch = self.tracker.mismatch()
         if mismatch:
             return self._on_failure(_FatalError(mismatch))
@@ -245,10 +289,11 @@ class Controller:
             return RunState.FINISHED
         return RunState.RUNNING
 
-    def _drain_healthy(self) -> None:
+    def _drain_healthy(self) -> Optional[PollResult]:
         """After a failure, collect what the other ranks already reported, so rounds
-        they completed before it still count."""
+        they completed before it still count; return a rank found dead meanwhile."""
         assert self.tracker is not None and self.group is not None
+        dead = None
         deadline = time.monotonic() + constants.POLL_TIMEOUT_S * 2
         while time.monotonic() < deadline:
             results = self.group.poll(max(0.0, deadline - time.monotonic()))
@@ -257,23 +302,24 @@ class Controller:
             for res in results:
                 for item in res.items:
                     self.tracker.add(res.rank, item)
+                if res.died is not None and dead is None:
+                    dead = res
         self._process_rounds()
+        return dead
 
     def _restart(self) -> RunState:
         self._teardown()
         self.failures += 1
         self.record.data["failures"] = self.failures
         self.record.clean_staging()
-        for cb in self.callbacks:
-            cb.on_retry(self.failures)
+        self.callbacks.call("on_retry", self.failures)
         logger.warning("Restarting the worker group (retry %d) from %s.", self.failures,
                        self.manager.latest.dir_name if self.manager.latest else "scratch")
         return RunState.SCHEDULING
 
     def _on_failure(self, error: BaseException) -> RunState:
         self.error = error
-        for cb in self.callbacks:
-            cb.on_failure(error)
+        self.callbacks.call("on_failure", error)
         decision = self.failure_policy.make_decision(error, self.failures)
         if decision is FailureDecision.RETRY:
             logger.warning("Training failed: %s", _storage.scrub(_first_line(error)))
@@ -283,23 +329,68 @@ class Controller:
         self.record.finish(RunState.ERRORED.value, self.manager, error=str(error))
         return RunState.ERRORED
 
+    def _apply_decision(self, decision: TrialDecision) -> RunState:
+        """A tuner's decision: stop now, pause (resumable), or restart with a new config
+        from an adopted checkpoint. None of them counts as a failure."""
+        self._teardown()
+        self.record.clean_staging()
+        if decision.action is TrialAction.STOP:
+            self.record.finish(RunState.FINISHED.value, self.manager)
+            return RunState.FINISHED
+        if decision.action is TrialAction.PAUSE:
+            self.record.save(self.manager)  # state stays RUNNING: fit() again resumes
+            return RunState.FINISHED
+        if decision.checkpoint is not None:
+            self._adopt(decision.checkpoint)
+        if decision.trial_info:
+            self.spec.trial_info.update(decision.trial_info)
+        if decision.config is not None:
+            self.spec.train_loop_config = decision.config
+        self.record.begin(self.spec)
+        self.record.save(self.manager)
+        return RunState.SCHEDULING
+
+    def _adopt(self, ckpt: Checkpoint) -> None:
+        """Commit a copy of another run's checkpoint as this run's latest, at this run's
+        current iteration (so its history and numbering go on)."""
+        st = self.storage
+        index = self.manager.next_index
+        dest = _storage.join(st.root, self.manager.next_dir_name())
+        iteration = int(self.last_metrics.get("training_iteration", 0) or 0)
+        with ckpt.as_directory() as local_dir:
+            files = st.upload_dir(local_dir, dest)
+        if getattr(ckpt, "_owned_tmp", False):
+            shutil.rmtree(ckpt.path, ignore_errors=True)
+        metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
+        marker = {"index": index, "iteration": iteration, "metrics": metrics,
+                  "files": files, "committed_at": time.time()}
+        st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
+        dropped = self.manager.register(index, iteration, metrics)
+        self.record.save(self.manager)  # the record first, then deletions
+        for old in dropped:
+            st.delete_dir(_storage.join(st.root, old.dir_name))
+
     # --- rounds and checkpoints -------------------------------------------------
-    def _process_rounds(self) -> None:
+    def _process_rounds(self) -> Optional[TrialDecision]:
+        """Record complete rounds; with a ``decide`` hook, return its first decision
+        other than CONTINUE (later rounds of this poll are dropped with the group)."""
         assert self.tracker is not None
         for iteration, items in self.tracker.pop_complete():
             metrics = dict(items[0].metrics)
+            all_metrics = [items[r].metrics for r in sorted(items)]
+            metrics.update(reduce_metrics(all_metrics, self.run_config.metrics_reduce))
             metrics.update(self.record.driver_fields())
             ckpt = None
             if any(item.checkpoint_staging for item in items.values()):
                 ckpt = self._commit(iteration, items, metrics)
-            self.record.add_round(metrics, [items[r].metrics for r in sorted(items)])
+            self.record.add_round(metrics, all_metrics)
             self.last_metrics = metrics
-            all_metrics = [items[r].metrics for r in sorted(items)]
-            for cb in self.callbacks:
-                cb.on_report(metrics, all_metrics)
-                if ckpt is not None:
-                    cb.on_checkpoint(ckpt, metrics)
+            self.callbacks.report(metrics, all_metrics, ckpt)
             self._log()
+            decision = self.decide(metrics) if self.decide is not None else None
+            if decision is not None and decision.action is not TrialAction.CONTINUE:
+                return decision
+        return None
 
     def _commit(self, iteration: int, items: Dict[int, ReportItem],
                 metrics: Dict[str, Any]) -> Checkpoint:
@@ -320,6 +411,7 @@ class Controller:
                     st.move(_storage.join(item.checkpoint_staging, rel), _storage.join(dest, rel))
                     taken.add(rel)
         kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
+        taken.update(self._write_checkpoint_extras(dest, index, kept_metrics, taken))
         marker = {"index": index, "iteration": iteration, "metrics": kept_metrics,
                   "files": sorted(taken), "committed_at": time.time()}
         try:
@@ -339,6 +431,27 @@ class Controller:
         ckpt = Checkpoint(dest, st.fs)
         ckpt.metrics = kept_metrics
         return ckpt
+
+    def _write_checkpoint_extras(self, dest: str, index: int, metrics: Dict[str, Any],
+                                 taken: set) -> List[str]:
+        """The fitted preprocessor and ``model_card.json``, unless the ranks wrote
+        files of those names themselves (theirs are kept)."""
+        from engine._internal.data import save_preprocessor
+
+        written = []
+        name = save_preprocessor(self.storage, dest, self.spec.preprocessor)
+        if name:
+            written.append(name)
+        if constants.MODEL_CARD_FILE not in taken:
+            card = dict(self.spec.model_card)
+            card.update(
+                metrics=metrics, config=self.record.driver_fields()["config"],
+                created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), checkpoint_index=index,
+                run_name=self.name, preprocessor=name,
+            )
+            self.storage.write_json_atomic(_storage.join(dest, constants.MODEL_CARD_FILE), card)
+            written.append(constants.MODEL_CARD_FILE)
+        return written
 
     # --- helpers ---------------------------------------------------------------
     def _teardown(self, graceful: bool = False) -> None:
@@ -371,6 +484,8 @@ class Controller:
             config=self.spec.train_loop_config,
             num_failures=self.failures,
             history=self.record.history,
+            worker_history=self.record.worker_history,
+            callback_errors=self.callbacks.errors,
         )
 
     def _log(self, force: bool = False) -> None:
@@ -385,11 +500,11 @@ class Controller:
                     self.last_metrics.get("training_iteration"), shown)
 
 
-_AUTO_FIELDS = {
-    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "done",
-    "hostname", "node_ip", "pid", "trial_id", "experiment_id", "experiment_tag", "config",
-    "iterations_since_restore", "time_since_restore",
-}
+_AUTO_FIELDS = set(constants.AUTOMATIC_FIELDS)
+
+
+def _is_death(error: BaseException) -> bool:
+    return isinstance(error, WorkerError) and "process died" in error.message
 
 
 def _health_timeout() -> float:

@@ -1,19 +1,60 @@
-"""Turning the trainer's ``datasets=`` into per-worker shards (Ray Data)."""
+"""Turning the trainer's ``datasets=`` into per-worker shards (Ray Data).
+
+- :func:`to_ray_dataset`: a Dataset, a pandas DataFrame, or a path/URI (local or
+  ``s3://`` …) of Parquet or CSV files — one file, a directory of them, or a list.
+- :func:`prepare_datasets`: the trainer's datasets as Ray Datasets, with its preprocessor
+  fitted on ``"train"`` and applied to all of them (driver side, lazily).
+- :func:`make_shards`: for each dataset, one ``DataIterator`` per worker. Split datasets
+  use ``streaming_split(n, equal=True)``: blocks stream to the workers as they are read,
+  nothing is loaded whole, and every worker gets the same number of rows (so DDP ranks
+  run the same number of steps); the last ``count % n`` rows are dropped and the log
+  says how many when the count is known without executing the dataset.
+- :func:`save_preprocessor` / :func:`load_preprocessor`: the fitted preprocessor as a
+  file of a checkpoint directory.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List
+import threading
+from typing import Any, Dict, List, Optional, Sequence
 
 from engine.config import DataConfig
 from engine.exceptions import ConfigError
 
 logger = logging.getLogger("engine")
 
+_CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".tsv")
+_PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+
+
+# --- inputs -----------------------------------------------------------------------------
+def check_dataset_inputs(datasets: Dict[str, Any]) -> None:
+    """Fail at trainer construction, not after the workers started, on an input that
+    :func:`to_ray_dataset` cannot read (nothing is read here)."""
+    for name, data in datasets.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"datasets keys are names (str), got {name!r}.")
+        if isinstance(data, (str, os.PathLike)) or (
+                isinstance(data, (list, tuple)) and data
+                and all(isinstance(p, (str, os.PathLike)) for p in data)):
+            continue
+        kind = f"{type(data).__module__}.{type(data).__name__}"
+        if kind.startswith(("ray.data.", "pandas.")):
+            continue  # a Dataset (or MaterializedDataset) / a DataFrame: checked when used
+        raise ConfigError(
+            f"datasets[{name!r}] is a {type(data).__name__}: pass a ray.data.Dataset, a "
+            "pandas DataFrame, or a path/URI to Parquet or CSV files."
+        )
+
 
 def to_ray_dataset(name: str, data: Any) -> Any:
-    """A ``ray.data.Dataset`` from a Dataset, a pandas DataFrame or a Parquet/CSV path."""
+    """A ``ray.data.Dataset`` from a Dataset, a pandas DataFrame or Parquet/CSV path(s).
+
+    A path may be local or a URI (``s3://bucket/prefix``, ``gs://`` …), a file or a
+    directory; a directory holding only CSV files is read as CSV, otherwise as Parquet.
+    """
     import ray.data
 
     if isinstance(data, ray.data.Dataset):
@@ -26,15 +67,190 @@ def to_ray_dataset(name: str, data: Any) -> Any:
     except ImportError:
         pass
     if isinstance(data, (str, os.PathLike)):
-        path = os.fspath(data)
+        paths: List[str] = [os.fspath(data)]
+    elif (isinstance(data, (list, tuple)) and data
+          and all(isinstance(p, (str, os.PathLike)) for p in data)):
+        paths = [os.fspath(p) for p in data]
+    else:
+        raise ConfigError(
+            f"datasets[{name!r}] is a {type(data).__name__}: pass a ray.data.Dataset, a "
+            "pandas DataFrame, or a path/URI to Parquet or CSV files."
+        )
+    names = _file_names(paths)
+    fmt = _file_format(names)
+    logger.debug("datasets[%r]: reading %s as %s", name, paths, fmt)
+    arg = paths[0] if len(paths) == 1 else paths
+    if fmt == "csv":
+        return ray.data.read_csv(arg)
+    return _read_parquet(arg, len(names))
+
+
+# Ray Data's Parquet reader starts a pool of footer-reading actors (32 by default) for
+# every execution, i.e. every epoch of every shard: seconds of process start-up on a
+# small node for a dataset of a few files. One actor per 10 files (the reader's footer
+# batch) is as parallel as the listing gets; the environment variable still wins.
+_FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+_FILES_PER_FOOTER_ACTOR = 10
+_MAX_FOOTER_ACTORS = 32
+_env_lock = threading.Lock()
+
+
+def _read_parquet(arg: Any, num_files: int) -> Any:
+    import ray.data
+
+    if _FOOTER_ACTORS_ENV in os.environ or num_files <= 0:
+        return ray.data.read_parquet(arg)
+    actors = max(1, min(_MAX_FOOTER_ACTORS, -(-num_files // _FILES_PER_FOOTER_ACTOR)))
+    with _env_lock:  # read when read_parquet builds its file indexer, here on the driver
+        os.environ[_FOOTER_ACTORS_ENV] = str(actors)
+        try:
+            return ray.data.read_parquet(arg)
+        finally:
+            os.environ.pop(_FOOTER_ACTORS_ENV, None)
+
+
+def _file_names(paths: Sequence[str]) -> List[str]:
+    """Lower-cased names of the files: a file path's own, a directory's listing."""
+    names: List[str] = []
+    for path in paths:
         lowered = path.lower().rstrip("/")
-        if lowered.endswith(".csv"):
-            return ray.data.read_csv(path)
-        return ray.data.read_parquet(path)
-    raise ConfigError(
-        f"datasets[{name!r}] is a {type(data).__name__}: pass a ray.data.Dataset, a pandas "
-        "DataFrame, or a path/URI to Parquet or CSV files."
-    )
+        if lowered.endswith(_CSV_SUFFIXES) or lowered.endswith(_PARQUET_SUFFIXES):
+            names.append(lowered)
+            continue
+        listed = _list_files(path)
+        if listed:
+            names.extend(n.lower() for n in listed)
+        else:
+            names.append(lowered)
+    return names
+
+
+def _file_format(names: Sequence[str]) -> str:
+    """``"csv"`` when the files are all CSV, else ``"parquet"``."""
+    has_csv = any(n.endswith(_CSV_SUFFIXES) for n in names)
+    has_parquet = any(n.endswith(_PARQUET_SUFFIXES) for n in names)
+    return "csv" if has_csv and not has_parquet else "parquet"
+
+
+def _list_files(path: str, limit: int = 100_000) -> List[str]:
+    """File names under a directory (local or URI); empty when it is not one."""
+    import pyarrow.fs as pafs
+
+    from engine._internal import storage as _storage
+
+    try:
+        fs, inner = _storage.resolve(path)
+        if fs.get_file_info(inner).type != pafs.FileType.Directory:
+            return []
+        infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+    except Exception:  # unreachable store, no credentials …: let Ray Data report it
+        return []
+    return [i.base_name for i in infos[:limit] if i.type == pafs.FileType.File
+            and not i.base_name.startswith((".", "_"))]  # as Ray Data skips them
+
+
+# --- preprocessing ------------------------------------------------------------------------
+def prepare_datasets(datasets: Dict[str, Any], preprocessor: Optional[Any] = None
+                     ) -> Dict[str, Any]:
+    """The datasets as Ray Datasets; with a preprocessor, fitted on ``"train"`` (unless it
+    is fitted already) and applied to every dataset (lazily, as ``map_batches``)."""
+    if preprocessor is None:
+        return dict(datasets)
+    from engine.preprocessors import Preprocessor
+
+    if not isinstance(preprocessor, Preprocessor):
+        raise ConfigError(
+            f"preprocessor must be an engine.preprocessors.Preprocessor, got "
+            f"{type(preprocessor).__name__}."
+        )
+    if not preprocessor.fitted and "train" not in datasets:
+        raise ConfigError(
+            f"The preprocessor {preprocessor!r} is not fitted and there is no "
+            f"datasets['train'] to fit it on (passed: {sorted(datasets) or 'none'}): pass a "
+            "'train' dataset or fit the preprocessor first."
+        )
+    from engine._internal.ray_utils import ensure_ray
+
+    ensure_ray()  # fitting runs Ray Data: start trainyard's Ray, not Ray Data's default
+    out = {name: to_ray_dataset(name, data) for name, data in datasets.items()}
+    if not preprocessor.fitted:
+        logger.info("Fitting %s on datasets['train'].", type(preprocessor).__name__)
+        preprocessor.fit(out["train"])
+    return {name: preprocessor.transform(ds) for name, ds in out.items()}
+
+
+def save_preprocessor(storage: Any, checkpoint_dir_path: str, preprocessor: Optional[Any]
+                      ) -> Optional[str]:
+    """Write ``preprocessor`` into a checkpoint directory in ``storage``.
+
+    Returns the file name written (``preprocessor.json`` for built-ins, ``.pkl``
+    otherwise), or None when there is no preprocessor or the checkpoint already holds a
+    file of that name (one the training function wrote itself is kept).
+    """
+    if preprocessor is None:
+        return None
+    from engine import preprocessors as _pp
+    from engine._internal.storage import join
+
+    name, data = _pp.dumps(preprocessor)
+    path = join(checkpoint_dir_path, name)
+    if storage.exists(path):
+        return None
+    storage.write_bytes_atomic(path, data)
+    return name
+
+
+def load_preprocessor(storage: Any, checkpoint_dir_path: str) -> Optional[Any]:
+    """The preprocessor saved in a checkpoint directory, or None (a ``.pkl`` one is
+    unpickled: trusted checkpoints only)."""
+    from engine import preprocessors as _pp
+    from engine._internal.storage import join
+
+    for name in (_pp.JSON_FILE, _pp.PICKLE_FILE):
+        path = join(checkpoint_dir_path, name)
+        if storage.exists(path):
+            return _pp.loads(name, storage.read_bytes(path))
+    return None
+
+
+# --- shards -----------------------------------------------------------------------------
+def known_row_count(ds: Any) -> Optional[int]:
+    """The dataset's row count if it is known without executing it (materialized data,
+    in-memory sources such as ray.data.range), else None."""
+    try:
+        count = ds._meta_count()  # never triggers execution
+    except Exception:
+        return None
+    return int(count) if count is not None else None
+
+
+def _parquet_footer_row_count(data: Any, max_files: int = 100) -> Optional[int]:
+    """Rows of Parquet path input, from the files' footers (no data is read); None for
+    other inputs, CSV, more than ``max_files`` files, or any error."""
+    if isinstance(data, (str, os.PathLike)):
+        paths = [os.fspath(data)]
+    elif isinstance(data, (list, tuple)) and all(isinstance(p, (str, os.PathLike))
+                                                 for p in data):
+        paths = [os.fspath(p) for p in data]
+    else:
+        return None
+    try:
+        import pyarrow.dataset as pads
+
+        from engine._internal import storage as _storage
+
+        if _file_format(_file_names(paths)) != "parquet":
+            return None
+        total = 0
+        for path in paths:
+            fs, inner = _storage.resolve(path)
+            pq = pads.dataset(inner, filesystem=fs, format="parquet")
+            if len(pq.files) > max_files:
+                return None
+            total += pq.count_rows()
+        return total
+    except Exception:
+        return None
 
 
 def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
@@ -44,7 +260,29 @@ def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
     for name, data in datasets.items():
         ds = to_ray_dataset(name, data)
         if data_config.should_split(name) and n > 1:
+            count = known_row_count(ds)
+            if count is None and ds is not data:
+                count = _parquet_footer_row_count(data)
+            _log_split(name, count, n)
             out[name] = ds.streaming_split(n, equal=True)
         else:
             out[name] = [ds.iterator() for _ in range(n)]
     return out
+
+
+def _log_split(name: str, count: Optional[int], n: int) -> None:
+    if count is None:
+        logger.info(
+            "Dataset %r is split into %d equal shards (streaming_split equal=True): the "
+            "last rows that do not fill a whole round (at most %d) are dropped; the row "
+            "count is not known before the dataset is read.", name, n, n - 1)
+        return
+    dropped = count % n
+    if dropped:
+        logger.warning(
+            "Dataset %r: %d rows split into %d equal shards of %d rows; %d row%s dropped "
+            "(streaming_split equal=True keeps every worker at the same number of rows).",
+            name, count, n, count // n, dropped, "" if dropped == 1 else "s")
+    else:
+        logger.info("Dataset %r: %d rows split into %d equal shards of %d rows; none "
+                    "dropped.", name, count, n, count // n)

@@ -66,10 +66,17 @@ class RunRecord:
         self._config_json = _jsonable(spec.train_loop_config or {})
         self.data.update(state="RUNNING", trainer=spec.trainer_name,
                          config=self._config_json, started_at=time.time())
+        info = getattr(spec, "trial_info", None) or {}  # a Tuner's ids and tag
+        for key in ("trial_id", "experiment_id", "experiment_tag"):
+            if info.get(key) is not None:
+                self.data[key] = str(info[key])
+        self.trial_id = self.data["trial_id"]
+        self.experiment_id = self.data["experiment_id"]
 
     def driver_fields(self) -> Dict[str, Any]:
         return {"trial_id": self.trial_id, "experiment_id": self.experiment_id,
-                "experiment_tag": "0", "config": self._config_json or {}, "done": False}
+                "experiment_tag": self.data.get("experiment_tag", "0"),
+                "config": self._config_json or {}, "done": False}
 
     def add_round(self, metrics: Dict[str, Any], all_ranks: List[Dict[str, Any]]) -> None:
         self.history.append({k: v for k, v in metrics.items() if k != "config"})

@@ -72,6 +72,7 @@ class TrainWorker:
                        before_train: Optional[Callable[[], None]] = None) -> None:
         session = _session.TrainSession(**session_args)
         self._session = session
+        self._done, self._error = False, None  # a reused actor (Tuner) starts afresh
         session._node_ip = _node_ip()
         _session.init_session(session)
 

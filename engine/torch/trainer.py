@@ -18,8 +18,10 @@ class TorchTrainer(DataParallelTrainer):
         train_loop_config: Its ``config``.
         torch_config: Process-group settings (``torch_backend`` is the older name).
         scaling_config, run_config, datasets, dataset_config, resume_from_checkpoint,
-        metadata: As for :class:`engine.trainer.DataParallelTrainer`.
+        metadata, preprocessor: As for :class:`engine.trainer.DataParallelTrainer`.
     """
+
+    _framework = "torch"
 
     def __init__(self, train_loop_per_worker: Callable, *,
                  train_loop_config: Optional[Dict[str, Any]] = None,
@@ -30,11 +32,13 @@ class TorchTrainer(DataParallelTrainer):
                  datasets: Optional[Dict[str, Any]] = None,
                  dataset_config: Optional[DataConfig] = None,
                  resume_from_checkpoint: Optional[Checkpoint] = None,
-                 metadata: Optional[Dict[str, Any]] = None) -> None:
+                 metadata: Optional[Dict[str, Any]] = None,
+                 preprocessor: Optional[Any] = None) -> None:
         super().__init__(
             train_loop_per_worker, train_loop_config=train_loop_config,
             scaling_config=scaling_config, run_config=run_config,
             backend_config=torch_config or torch_backend or TorchConfig(),
             datasets=datasets, dataset_config=dataset_config,
             resume_from_checkpoint=resume_from_checkpoint, metadata=metadata,
+            preprocessor=preprocessor,
         )

@@ -90,6 +90,17 @@ def _read_record(s3_server, prefix: str, bucket: str = "") -> dict:
     return json.loads(body.read())
 
 
+# What the default loggers (result.json, progress.csv) write beside the checkpoints.
+LOG_FILES = {constants.RESULT_JSON_FILE, constants.PROGRESS_CSV_FILE,
+             constants.PARAMS_JSON_FILE}
+
+
+def _result_json(s3_server, prefix: str) -> list:
+    body = s3_server.client().get_object(Bucket=s3_server.bucket,
+                                         Key=f"{prefix}/{constants.RESULT_JSON_FILE}")["Body"]
+    return [json.loads(line) for line in body.read().decode().splitlines()]
+
+
 def _trainer(config, run_config):
     return TorchTrainer(_train_func, train_loop_config=config,
                         scaling_config=ScalingConfig(num_workers=2), run_config=run_config)
@@ -107,11 +118,13 @@ def test_checkpoints_and_retention_on_s3(ray_start_4_cpus, s3_server, s3_storage
     assert result.metrics["epoch"] == 4
 
     # The bucket holds exactly the kept checkpoints (best two by score + the latest),
-    # each complete and committed, and the run record; no staging left behind.
-    shard_files = {MARKER, "state.json", "shard_0.bin", "shard_1.bin"}
+    # each complete and committed, the run record and the logs; no staging left behind.
+    shard_files = {MARKER, "model_card.json", "state.json", "shard_0.bin", "shard_1.bin"}
     assert _tree(s3_server, prefix) == {
         "checkpoint_000001": shard_files, "checkpoint_000003": shard_files,
-        "checkpoint_000004": shard_files, constants.RUN_STATE_FILE: set()}
+        "checkpoint_000004": shard_files, constants.RUN_STATE_FILE: set(),
+        **{name: set() for name in LOG_FILES}}
+    assert [row["epoch"] for row in _result_json(s3_server, prefix)] == [0, 1, 2, 3, 4]
     record = _read_record(s3_server, prefix)
     assert record["state"] == "FINISHED"
     assert [c["dir_name"] for c in record["checkpoints"]["checkpoints"]] == [
@@ -171,7 +184,9 @@ def test_resume_by_refit_after_failed_run(ray_start_4_cpus, s3_server, s3_storag
     prefix = _run_prefix(failed.path, s3_server.bucket)
     assert _read_record(s3_server, prefix)["state"] == "ERRORED"
     assert set(_tree(s3_server, prefix)) == {"checkpoint_000001", "checkpoint_000002",
-                                            constants.RUN_STATE_FILE}
+                                            constants.RUN_STATE_FILE} | LOG_FILES
+    # S3 has no append: the logs were written whole at each checkpoint and at the end.
+    assert [row["epoch"] for row in _result_json(s3_server, prefix)] == [0, 1, 2]
 
     result = _trainer(config, run_config).fit()  # same name + storage: resume from S3
     assert result.metrics["start"] == 3 and result.metrics["epoch"] == 4
@@ -179,8 +194,12 @@ def test_resume_by_refit_after_failed_run(ray_start_4_cpus, s3_server, s3_storag
     # Numbering went on (no overwrite of checkpoint_000002) and retention held.
     assert result.checkpoint.uri.endswith("/resume/checkpoint_000004")
     tree = _tree(s3_server, prefix)
-    assert set(tree) == {"checkpoint_000003", "checkpoint_000004", constants.RUN_STATE_FILE}
-    assert all(MARKER in files for name, files in tree.items() if name != "run_state.json")
+    assert set(tree) == {"checkpoint_000003", "checkpoint_000004",
+                         constants.RUN_STATE_FILE} | LOG_FILES
+    assert all(MARKER in files for name, files in tree.items()
+               if name.startswith(constants.CHECKPOINT_DIR_PREFIX))
+    # The resumed run redid no logged round twice: each epoch once, in order.
+    assert [row["epoch"] for row in _result_json(s3_server, prefix)] == [0, 1, 2, 3, 4]
     assert _read_record(s3_server, prefix)["state"] == "FINISHED"
     with result.checkpoint.as_directory() as d:
         assert json.load(open(os.path.join(d, "state.json"))) == {"epoch": 4, "rank": 0}

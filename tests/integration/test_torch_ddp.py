@@ -157,7 +157,7 @@ def test_both_ranks_checkpoint_files_merge_rank0_wins(ray_start_4_cpus, storage_
                           run_config=RunConfig(storage_path=storage_path)).fit()
     with result.checkpoint.as_directory() as d:
         names = sorted(n for n in os.listdir(d) if not n.startswith("."))
-        assert names == ["shard_0.txt", "shard_1.txt", "shared.txt"]
+        assert names == ["model_card.json", "shard_0.txt", "shard_1.txt", "shared.txt"]
         assert open(os.path.join(d, "shared.txt")).read() == "rank0"
 
 

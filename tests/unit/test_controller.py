@@ -162,3 +162,12 @@ def test_forever_retries_with_minus_one(tmp_path):
     attempts = [list(dead) for _ in range(5)] + [[both(1, x=9), done()]]
     controller, _ = run(tmp_path, attempts, max_failures=-1)
     assert controller.run().num_failures == 5
+
+
+def test_a_dead_rank_is_blamed_over_its_peers_broken_collective(tmp_path):
+    script = [both(1, x=1),
+              [PollResult(0, [], error=("RuntimeError: gloo connection reset", "tb"))],
+              [PollResult(1, [], died="ActorDiedError")]]
+    controller, _ = run(tmp_path, [script], max_failures=0)
+    with pytest.raises(TrainingFailedError, match=r"rank 1.*died.*gloo connection reset"):
+        controller.run()

@@ -1,0 +1,1 @@
+"""Built-in logger callbacks (public names: ``engine.callbacks``)."""
