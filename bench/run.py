@@ -38,6 +38,8 @@ WORKLOAD_MODULES = [
     "bench.ingest",
     "bench.checkpoint_save",
     "bench.recovery",
+    "bench.tuner",
+    "bench.batch_predict",
 ]
 
 RAY_INIT_KWARGS = dict(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")

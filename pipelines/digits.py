@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import time
 from typing import Any, Callable, Dict, Iterable, Tuple
 
 import numpy as np
@@ -172,6 +173,8 @@ def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val
             ckpt = engine.Checkpoint.from_dict({"epoch": epoch, "model_weights": state_dict,
                                                 "optimizer": optimizer.state_dict()})
         engine.report(metrics, checkpoint=ckpt)
+        if config.get("epoch_delay_s"):  # pace epochs, e.g. so a test can act mid-run
+            time.sleep(config["epoch_delay_s"])
 
 
 def evaluate_checkpoint(checkpoint, hidden: int = 64) -> float:

@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from engine.torch.config import TorchConfig
 from engine.torch.checkpoint import TorchCheckpoint
+from engine.torch.predictor import TorchPredictor
 from engine.torch.train_loop_utils import (accelerate, backward, enable_reproducibility,
                                            get_device, prepare_data_loader, prepare_model,
                                            prepare_optimizer)
@@ -22,5 +23,5 @@ from engine.torch.trainer import TorchTrainer
 __all__ = [
     "TorchTrainer", "TorchConfig", "TorchCheckpoint", "prepare_model",
     "prepare_data_loader", "prepare_optimizer", "backward", "accelerate",
-    "enable_reproducibility", "get_device",
+    "enable_reproducibility", "get_device", "TorchPredictor",
 ]

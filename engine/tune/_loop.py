@@ -1,0 +1,523 @@
+"""The trial loop: creates trials from the searcher, starts them as far as the cluster's
+resources (and ``max_concurrent_trials``) allow, and feeds their results to the
+scheduler, the searcher and the callbacks.
+
+Each running trial is one engine ``Controller`` in a driver thread; the controller asks
+``_decide`` after every round (and once per poll) whether the trial goes on, stops
+(early stopping, time budget), pauses (interrupt) or restarts from another trial's
+checkpoint (PBT). The main thread only starts trials and collects finished ones, so a
+trial waiting for resources stays PENDING and never blocks the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from engine import constants
+from engine._internal import storage as _storage
+from engine._internal import trial as _trial
+from engine._internal.callback_runner import CallbackRunner
+from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.controller import (Controller, RunSpec, RunState, TrialAction,
+                                         TrialDecision)
+from engine._internal.run_record import _jsonable
+from engine._internal.trial import Trial
+from engine._internal.worker_group import WorkerGroup
+from engine.callbacks import Callback
+from engine.checkpoint import Checkpoint
+from engine.config import RunConfig
+from engine.exceptions import TrainingFailedError
+from engine.result import Result
+from engine.tune._experiment import ExperimentStore
+from engine.tune._pool import WorkerGroupPool, group_key
+from engine.tune._progress import ProgressReporter
+from engine.tune._trainable import Trainable
+from engine.tune.schedulers import Exploit, TrialScheduler
+from engine.tune.search import Path, Searcher, get_path, leaves, path_name
+from engine.tune.tune_config import TuneConfig
+
+logger = logging.getLogger("engine")
+
+PAUSED = "PAUSED"
+PBT_POLICY_FILE = "pbt_policy.json"  # in the trial directory: every exploit, in order
+EVENT_WAIT_S = 0.5
+INTERRUPT_WAIT_S = 60.0
+
+
+@dataclass(eq=False)
+class TrialRun:
+    """The loop's bookkeeping of one trial (callbacks and schedulers see ``trial``)."""
+
+    trial: Trial
+    index: int
+    dirname: str
+    base_tag: str = ""
+    spec: Optional[RunSpec] = None
+    result: Optional[Result] = None
+    exploits: List[Dict[str, Any]] = field(default_factory=list)
+    assigned_group: Optional[WorkerGroup] = None
+    paused: bool = False
+
+    def to_state(self) -> Dict[str, Any]:
+        t = self.trial
+        error = None if t.error is None else _storage.scrub(str(t.error))[:2000]
+        return {"trial_id": t.trial_id, "trial_name": t.trial_name, "dirname": self.dirname,
+                "index": self.index, "status": t.status, "config": t.config,
+                "experiment_tag": t.experiment_tag, "base_tag": self.base_tag,
+                "evaluated_params": t.evaluated_params, "exploits": self.exploits,
+                "error": error}
+
+
+class _TrialObserver(Callback):
+    """Keeps the tuner's Trial pointing at its latest committed checkpoint."""
+
+    def __init__(self, run: TrialRun) -> None:
+        self.run = run
+
+    def on_checkpoint(self, checkpoint: Any, metrics: Dict[str, Any]) -> None:
+        self.run.trial.checkpoint = checkpoint
+
+
+class TrialLoop:
+    def __init__(self, *, trainable: Trainable, param_space: Dict[str, Any],
+                 tune_config: TuneConfig, run_config: RunConfig, store: ExperimentStore,
+                 name: str, experiment_id: str, searcher: Searcher,
+                 scheduler: TrialScheduler, searcher_done: bool = False) -> None:
+        self.trainable = trainable
+        self.param_space = param_space
+        self.tune_config = tune_config
+        self.run_config = run_config
+        self.store = store
+        self.name = name
+        self.experiment_id = experiment_id
+        self.searcher = searcher
+        self.scheduler = scheduler
+        self.searcher_done = searcher_done
+        self.runs: List[TrialRun] = []
+        self._pending: List[TrialRun] = []
+        self._running: List[TrialRun] = []
+        self._lock = threading.RLock()
+        self._events: "queue.Queue[tuple]" = queue.Queue()
+        self._stop_action: Optional[TrialAction] = None
+        self._iteration = 0
+        self._callbacks = CallbackRunner(_tuner_callbacks(run_config.callbacks or []))
+        self._saved_run_config = _storable(run_config)
+        reuse = tune_config.reuse_actors
+        if reuse and not trainable.can_reuse:
+            logger.info("reuse_actors=True is ignored for %s: its backend sets up each worker "
+                        "group afresh.", trainable.name)
+        reuse = trainable.reusable if reuse is None else (reuse and trainable.can_reuse)
+        self._pool = WorkerGroupPool() if reuse else None
+        self._params: List[Path] = [p for p, v in leaves(param_space)
+                                    if _searched(v)]
+        self._max_trials = searcher.total_trials or tune_config.num_samples
+        self._capacity: Dict[str, float] = {}
+        self._progress = (ProgressReporter(name, tune_config.metric, self._params)
+                          if run_config.verbose >= 1 else None)
+
+    # --- the loop --------------------------------------------------------------
+    def run(self) -> List[TrialRun]:
+        import ray
+
+        from engine._internal.ray_utils import ensure_ray
+
+        ensure_ray()
+        self._capacity = dict(ray.cluster_resources())
+        budget = self.tune_config.time_budget_s
+        start = time.monotonic()
+        try:
+            self._save()
+            while True:
+                self._collect(EVENT_WAIT_S if self._running else 0.0)
+                if budget is not None and self._stop_action is None \
+                        and time.monotonic() - start > budget:
+                    logger.info("Tuner %s: time_budget_s=%s reached; stopping all trials.",
+                                self.name, budget)
+                    self._stop_action = TrialAction.STOP
+                self._launch()
+                if not self._running and (self._stop_action is not None or (
+                        not self._pending and self._exhausted())):
+                    break
+                if self._progress is not None:
+                    self._progress.maybe_report(self.trials)
+        except BaseException:  # KeyboardInterrupt: stop trials so that restore resumes
+            self._stop_action = TrialAction.PAUSE
+            self._wait_running(INTERRUPT_WAIT_S)
+            self._save()
+            raise
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+        self._save()
+        if self._progress is not None:
+            self._progress.final(self.trials)
+        return self.runs
+
+    @property
+    def trials(self) -> List[Trial]:
+        return [r.trial for r in self.runs]
+
+    def _exhausted(self) -> bool:
+        return self.searcher_done or len(self.runs) >= self._max_trials
+
+    def _collect(self, timeout: float) -> None:
+        try:
+            event = self._events.get(timeout=timeout) if timeout > 0 \
+                else self._events.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._on_trial_end(*event)
+            try:
+                event = self._events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _wait_running(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self._running and time.monotonic() < deadline:
+            self._collect(min(EVENT_WAIT_S, max(0.0, deadline - time.monotonic())))
+
+    # --- creating and starting trials ----------------------------------------------
+    def _launch(self) -> None:
+        limit = self.tune_config.max_concurrent_trials
+        while self._stop_action is None:
+            if limit is not None and len(self._running) >= limit:
+                return
+            if not self._pending and self._create() is None:
+                return
+            run = self._pending[0]
+            if not self._fits(run):
+                return
+            self._pending.pop(0)
+            self._start(run)
+
+    def _create(self) -> Optional[TrialRun]:
+        if self._exhausted():
+            return None
+        index = len(self.runs)
+        trial_id = f"{self.experiment_id[:5]}_{index:05d}"
+        with self._lock:
+            config = self.searcher.suggest(trial_id)
+            if config is None:
+                self.searcher_done = True
+                return None
+            run = self.new_run(index, trial_id, config)
+            self.runs.append(run)
+            self._pending.append(run)
+            self.scheduler.on_trial_add(run.trial)
+            self._save()
+        return run
+
+    def new_run(self, index: int, trial_id: str, config: Dict[str, Any],
+                restored: Optional[Dict[str, Any]] = None) -> TrialRun:
+        trial = Trial(trial_id=trial_id, trial_name="", config=config)
+        if restored is None:
+            trial.evaluated_params = self._evaluated(config)
+            base_tag = _tag(index, trial.evaluated_params)
+            trial.experiment_tag = base_tag
+            creator = self.tune_config.trial_name_creator
+            trial.trial_name = str(creator(trial)) if creator \
+                else f"{self.trainable.name}_{trial_id}"
+            dir_creator = self.tune_config.trial_dirname_creator
+            dirname = str(dir_creator(trial)) if dir_creator else trial.trial_name
+            if "/" in dirname or dirname in ("", ".", ".."):
+                raise ValueError(f"trial_dirname_creator returned {dirname!r}: use a "
+                                 "non-empty name without '/'.")
+        else:
+            trial.trial_name = restored["trial_name"]
+            trial.evaluated_params = restored.get("evaluated_params")
+            trial.experiment_tag = restored.get("experiment_tag", str(index))
+            trial.status = restored["status"]
+            base_tag, dirname = restored.get("base_tag", str(index)), restored["dirname"]
+        st = self.store.storage
+        trial.storage = _storage.Storage(st.fs, _storage.join(st.root, dirname))
+        trial.path = trial.storage.display()
+        run = TrialRun(trial=trial, index=index, dirname=dirname, base_tag=base_tag)
+        if restored is not None:
+            run.exploits = list(restored.get("exploits") or [])
+        return run
+
+    def _evaluated(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        if self._params:
+            return {path_name(p): get_path(config, p) for p in self._params}
+        return {path_name(p): v for p, v in leaves(config) if p}
+
+    def spec_of(self, run: TrialRun) -> RunSpec:
+        if run.spec is None:
+            rc = dataclasses.replace(
+                self.run_config, name=run.dirname, storage_path=self.store.storage.root,
+                storage_filesystem=self.store.storage.fs, callbacks=[_TrialObserver(run)],
+                verbose=0)
+            info = {"trial_id": run.trial.trial_id, "experiment_id": self.experiment_id,
+                    "experiment_tag": run.trial.experiment_tag}
+            run.spec = self.trainable.make_spec(run.trial.config, rc, info)
+        return run.spec
+
+    def _fits(self, run: TrialRun) -> bool:
+        """Whether the trial can start now without waiting for resources. Idle pooled
+        groups are evicted to make room; with nothing running a trial always starts
+        (the worker group explains what the cluster lacks)."""
+        spec = self.spec_of(run)
+        key = group_key(spec.scaling_config, spec.worker_env)
+        if self._pool is not None and self._pool.has(key):
+            run.assigned_group = self._pool.take(key)
+            if run.assigned_group is not None:
+                return True
+        need = spec.scaling_config.total_resources
+        spare = 1.0 if spec.datasets or any(r.spec and r.spec.datasets
+                                            for r in self._running) else 0.0
+        while True:
+            used = self._used()
+            if all(used.get(k, 0.0) + v <= self._capacity.get(k, 0.0)
+                   - (spare if k == "CPU" else 0.0) + 1e-9 for k, v in need.items()):
+                return True
+            if self._pool is None or not self._pool.evict_one():
+                return not self._running
+
+    def _used(self) -> Dict[str, float]:
+        used = dict(self._pool.reserved()) if self._pool is not None else {}
+        for r in self._running:
+            assert r.spec is not None
+            for k, v in r.spec.scaling_config.total_resources.items():
+                used[k] = used.get(k, 0.0) + v
+        return used
+
+    def _start(self, run: TrialRun) -> None:
+        spec = self.spec_of(run)
+        if self._pool is not None:
+            group_cls = self._pool.factory(run.assigned_group)
+            run.assigned_group = None
+        else:
+            group_cls = WorkerGroup
+        with self._lock:
+            run.trial.status = _trial.RUNNING
+            run.trial.error = None
+            self._running.append(run)
+            self._callbacks.call("on_trial_start", self._iteration, self.trials, run.trial)
+            self._save()
+        try:
+            controller = Controller(spec, worker_group_cls=group_cls,
+                                    decide=functools.partial(self._decide, run))
+        except Exception as exc:  # e.g. storage that cannot be used
+            self._events.put((run, Result(error=exc, path=run.trial.path)))
+            return
+        thread = threading.Thread(target=self._run_trial, args=(run, controller),
+                                  name=f"trainyard-trial-{run.index}", daemon=True)
+        thread.start()
+
+    def _run_trial(self, run: TrialRun, controller: Controller) -> None:
+        try:
+            result = controller.run()
+        except TrainingFailedError as exc:
+            result = exc.result if exc.result is not None else Result(path=run.trial.path)
+            result.error = exc
+        except BaseException as exc:  # noqa: BLE001 - the trial fails, the others go on
+            result = Result(error=exc, path=run.trial.path)
+        self._events.put((run, result))
+
+    # --- decisions (called in the trial's controller thread) -------------------------
+    def _decide(self, run: TrialRun, metrics: Optional[Dict[str, Any]]
+                ) -> Optional[TrialDecision]:
+        with self._lock:
+            if metrics is None or self._stop_action is not None:
+                return self._stop_decision(run)
+            trial = run.trial
+            trial.last_result = metrics
+            self._iteration += 1
+            self.searcher.on_trial_result(trial.trial_id, metrics)
+            self._callbacks.call("on_trial_result", self._iteration, self.trials, trial,
+                                 metrics)
+            decision = self.scheduler.on_trial_result(trial, metrics)
+        if isinstance(decision, Exploit):
+            return self._exploit(run, decision, metrics)
+        if decision == TrialScheduler.STOP:
+            return TrialDecision(TrialAction.STOP)
+        return None
+
+    def _stop_decision(self, run: TrialRun) -> Optional[TrialDecision]:
+        if self._stop_action is None:
+            return None
+        run.paused = self._stop_action is TrialAction.PAUSE
+        return TrialDecision(self._stop_action)
+
+    def _exploit(self, run: TrialRun, exploit: Exploit, metrics: Dict[str, Any]
+                 ) -> Optional[TrialDecision]:
+        """Copy the donor's checkpoint (outside the lock: it may be large) and restart
+        this trial from it with the perturbed config."""
+        source = exploit.checkpoint
+        try:
+            local = source.to_directory()
+            marker = os.path.join(local, constants.COMMIT_MARKER)
+            if os.path.exists(marker):
+                os.remove(marker)
+        except Exception as exc:  # the donor dropped it meanwhile (retention)
+            logger.warning("PBT: could not copy %s's checkpoint (%s); %s goes on unchanged.",
+                           exploit.donor.trial_name, exc, run.trial.trial_name)
+            return None
+        ckpt = Checkpoint(local)
+        ckpt._owned_tmp = True
+        ckpt.metrics = dict(source.metrics or {})
+        with self._lock:
+            trial = run.trial
+            old = trial.config
+            trial.config = exploit.config
+            trial.evaluated_params = self._evaluated(exploit.config)
+            changed = {path_name(p): v for p, v in leaves(exploit.config)
+                       if p and get_path(old, p) != v}
+            trial.experiment_tag = (f"{run.base_tag}@perturbed"
+                                    f"[{','.join(f'{k}={_short(v)}' for k, v in changed.items())}]")
+            trial.checkpoint = source
+            run.exploits.append({
+                "training_iteration": metrics.get("training_iteration"),
+                "donor_trial_id": exploit.donor.trial_id, "donor_checkpoint": source.uri,
+                "old_config": old, "new_config": exploit.config, "time": time.time()})
+            st = trial.storage
+            st.write_json_atomic(_storage.join(st.root, PBT_POLICY_FILE),
+                                 _jsonable(run.exploits))
+            self._save()
+            train_config = self.trainable.train_loop_config(exploit.config)
+        logger.info("PBT: %s restarts from %s's checkpoint with %s.", trial.trial_name,
+                    exploit.donor.trial_name, changed)
+        return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
+                             trial_info={"experiment_tag": trial.experiment_tag})
+
+    # --- ending trials -------------------------------------------------------------
+    def _on_trial_end(self, run: TrialRun, result: Result) -> None:
+        with self._lock:
+            if run in self._running:
+                self._running.remove(run)
+            self.finish_run(run, result)
+            self._save()
+
+    def finish_run(self, run: TrialRun, result: Result, notify: bool = True) -> None:
+        trial = run.trial
+        result.config = trial.config
+        run.result = result
+        if result.metrics:
+            trial.last_result = result.metrics
+        if run.paused and result.error is None:
+            trial.status = PAUSED
+            result.metrics["done"] = False
+            return
+        failed = result.error is not None
+        trial.status = _trial.ERROR if failed else _trial.TERMINATED
+        trial.error = result.error
+        if not notify:
+            return
+        self.searcher.on_trial_complete(trial.trial_id, result.metrics, error=failed)
+        self.scheduler.on_trial_complete(trial, result.metrics)
+        hook = "on_trial_error" if failed else "on_trial_complete"
+        self._callbacks.call(hook, self._iteration, self.trials, trial)
+
+    # --- restore ----------------------------------------------------------------------
+    def restore(self, trials: List[Dict[str, Any]], resume_unfinished: bool = True,
+                resume_errored: bool = False, restart_errored: bool = False) -> None:
+        """Take back the trials of a saved state: finished ones keep their results,
+        unfinished (and with ``resume_errored``, failed) ones continue from their latest
+        checkpoint, ``restart_errored`` ones start over."""
+        for saved in trials:
+            run = self.new_run(saved["index"], saved["trial_id"], saved["config"],
+                               restored=saved)
+            self.runs.append(run)
+            self.scheduler.on_trial_add(run.trial)
+            status = saved["status"]
+            record_state = self._record_state(run)
+            if record_state == RunState.FINISHED.value:
+                self.finish_run(run, self._stored_result(run, None), notify=False)
+                self.scheduler.on_trial_complete(run.trial, run.result.metrics)
+            elif status == _trial.ERROR and not (resume_errored or restart_errored):
+                error = TrainingFailedError(saved.get("error") or "the trial failed")
+                self.finish_run(run, self._stored_result(run, error), notify=False)
+            elif status == _trial.ERROR and restart_errored:
+                run.trial.storage.delete_dir(run.trial.storage.root)
+                self._requeue(run)
+            elif status != _trial.ERROR and not resume_unfinished \
+                    and record_state is not None:
+                run.trial.status = PAUSED
+                self.finish_run(run, self._stored_result(run, None), notify=False)
+            else:
+                self._requeue(run)
+
+    def _requeue(self, run: TrialRun) -> None:
+        run.trial.status = _trial.PENDING
+        self._pending.append(run)
+
+    def _record_state(self, run: TrialRun) -> Optional[str]:
+        st = run.trial.storage
+        data = st.read_json(_storage.join(st.root, constants.RUN_STATE_FILE))
+        return None if data is None else data.get("state")
+
+    def _stored_result(self, run: TrialRun, error: Optional[BaseException]) -> Result:
+        """The Result a trial's run record holds, without running anything."""
+        spec = self.spec_of(run)
+        controller = Controller(spec)
+        controller.record.load()
+        controller.manager = CheckpointManager.from_json(
+            spec.run_config.checkpoint_config, controller.record.data.get("checkpoints"))
+        controller.state = RunState.ERRORED if error is not None else RunState.FINISHED
+        controller.error = error
+        result = controller._build_result()
+        if error is None and controller.record.state != RunState.FINISHED.value:
+            result.metrics["done"] = False
+        return result
+
+    # --- state -----------------------------------------------------------------------
+    def _save(self) -> None:
+        with self._lock:
+            state = {"name": self.name, "experiment_id": self.experiment_id,
+                     "param_space": self.param_space, "tune_config": self.tune_config,
+                     "run_config": self._saved_run_config,
+                     "searcher_done": self.searcher_done,
+                     "trials": [r.to_state() for r in self.runs]}
+            self.store.save(state)
+
+
+def _tuner_callbacks(callbacks: List[Any]) -> List[Any]:
+    """The callbacks the Tuner calls. Every trial's own run already writes the default
+    per-trial files (result.json, progress.csv); a user instance of one of those logger
+    types would write them a second time, so it stands for the default instead."""
+    from engine._internal.callback_runner import default_callbacks
+
+    per_trial = {type(cb) for cb in default_callbacks([])}
+    return [cb for cb in callbacks if type(cb) not in per_trial]
+
+
+def _storable(rc: RunConfig) -> RunConfig:
+    """The RunConfig as saved for a restore: callbacks that do not pickle are left out."""
+    import ray.cloudpickle as cloudpickle
+
+    try:
+        cloudpickle.dumps(rc.callbacks)
+        return rc
+    except Exception:
+        logger.info("RunConfig callbacks cannot be pickled; Tuner.restore() runs without them.")
+        return dataclasses.replace(rc, callbacks=[])
+
+
+def _searched(value: Any) -> bool:
+    from engine.tune.search import Domain, is_grid
+
+    return is_grid(value) or isinstance(value, Domain)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    return text if len(text) <= 20 else text[:17] + "..."
+
+
+def _tag(index: int, params: Dict[str, Any]) -> str:
+    if not params:
+        return str(index)
+    return f"{index}_" + ",".join(f"{k.rsplit('/', 1)[-1]}={_short(v)}"
+                                  for k, v in params.items())

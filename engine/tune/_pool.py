@@ -1,0 +1,161 @@
+"""Reusing worker actors across trials (``TuneConfig(reuse_actors=True)``).
+
+A trial whose workers all finished hands its group to the pool instead of killing it
+(after a torch process group, if any, is destroyed on every worker); the next trial with
+the same shape (resources, worker count, env) starts on it, skipping the placement group
+and the process start. Idle groups still hold their placement group, so the trial loop
+counts them as used and evicts them when a trial of another shape needs room.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from engine._internal.worker_group import WorkerGroup
+from engine.config import ScalingConfig
+
+logger = logging.getLogger("engine")
+
+Key = Tuple[Any, ...]
+
+
+def group_key(scaling: ScalingConfig, env: Dict[str, str]) -> Key:
+    return (scaling.num_workers, tuple(sorted(scaling.worker_resources.items())),
+            scaling.placement_strategy, tuple(sorted(env.items())))
+
+
+class WorkerGroupPool:
+    def __init__(self) -> None:
+        self._idle: Dict[Key, List[WorkerGroup]] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+        self.reused = 0
+
+    def factory(self, assigned: Optional[WorkerGroup] = None) -> Callable[..., WorkerGroup]:
+        """The ``worker_group_cls`` to give a trial's controller; its first group starts
+        on ``assigned`` (an idle group the trial loop took for it) when given."""
+        pool = self
+        first = [assigned] if assigned is not None else []
+
+        def make(scaling: ScalingConfig, env: Optional[Dict[str, str]] = None,
+                 needs_data_cpus: bool = False) -> WorkerGroup:
+            return _PooledWorkerGroup(pool, scaling, env, needs_data_cpus,
+                                      first.pop() if first else None)
+
+        return make
+
+    def has(self, key: Key) -> bool:
+        with self._lock:
+            return bool(self._idle.get(key))
+
+    def take(self, key: Key) -> Optional[WorkerGroup]:
+        with self._lock:
+            groups = self._idle.get(key)
+            return groups.pop() if groups else None
+
+    def give(self, key: Key, group: WorkerGroup) -> bool:
+        with self._lock:
+            if self.closed:
+                return False
+            self._idle.setdefault(key, []).append(group)
+            return True
+
+    def reserved(self) -> Dict[str, float]:
+        """Resources the idle groups hold."""
+        total: Dict[str, float] = {}
+        with self._lock:
+            for groups in self._idle.values():
+                for group in groups:
+                    for k, v in group.scaling.total_resources.items():
+                        total[k] = total.get(k, 0.0) + v
+        return total
+
+    def evict_one(self) -> bool:
+        """Stop one idle group (releasing its placement group); False if none is idle."""
+        with self._lock:
+            victim = None
+            for groups in self._idle.values():
+                if groups:
+                    victim = groups.pop(0)
+                    break
+        if victim is None:
+            return False
+        victim.shutdown()
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            groups = [g for gs in self._idle.values() for g in gs]
+            self._idle.clear()
+        for group in groups:
+            group.shutdown()
+
+
+class _PooledWorkerGroup(WorkerGroup):
+    """A worker group that starts on an idle pooled group when one fits, and goes back
+    to the pool when training ended cleanly."""
+
+    def __init__(self, pool: WorkerGroupPool, scaling: ScalingConfig,
+                 env: Optional[Dict[str, str]] = None, needs_data_cpus: bool = False,
+                 assigned: Optional[WorkerGroup] = None) -> None:
+        super().__init__(scaling, env, needs_data_cpus)
+        self._pool = pool
+        self._key = group_key(scaling, self.env)
+        self._assigned = assigned
+
+    def start(self) -> None:
+        idle, self._assigned = self._assigned or self._pool.take(self._key), None
+        if idle is not None and _alive(idle):
+            self.actors, self.meta = idle.actors, idle.meta
+            self.placement_group = idle.placement_group
+            self._pool.reused += 1
+            return
+        if idle is not None:
+            idle.shutdown()
+        super().start()
+
+    def shutdown(self, graceful: bool = False) -> None:
+        if graceful and self.actors and not self._pool.closed and _reset(self):
+            holder = WorkerGroup(self.scaling, self.env, self.needs_data_cpus)
+            holder.actors, holder.meta = self.actors, self.meta
+            holder.placement_group = self.placement_group
+            if self._pool.give(self._key, holder):
+                self.actors, self.meta, self.placement_group = [], [], None
+                self._poll_refs = {}
+                return
+        super().shutdown(graceful)
+
+
+def reset_worker() -> bool:
+    """Runs on a worker before its process serves another trial: no framework state may
+    outlive the trial (a torch process group would refuse the next trial's init)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        return not dist.is_initialized()
+    return True
+
+
+def _reset(group: WorkerGroup) -> bool:
+    import ray
+
+    try:
+        return all(ray.get(group.execute_async(reset_worker), timeout=30))
+    except Exception:  # a worker that cannot be reset is stopped instead
+        return False
+
+
+def _alive(group: WorkerGroup) -> bool:
+    import ray
+
+    try:
+        ray.get([a.node_info.remote() for a in group.actors], timeout=30)
+        return True
+    except Exception:  # died while idle: start a fresh group instead
+        logger.info("An idle pooled worker group died; starting a new one.")
+        return False

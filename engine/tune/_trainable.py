@@ -1,0 +1,167 @@
+"""How a Tuner turns its trainable (a trainer or a function) and one trial's config into
+the ``RunSpec`` a controller runs."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from typing import Any, Callable, Dict, Optional
+
+from engine._internal.backend import BackendConfig
+from engine._internal.controller import RunSpec
+from engine.config import RunConfig, ScalingConfig
+from engine.exceptions import ConfigError
+
+_RESOURCES_ATTR = "_trainyard_resources"
+
+
+def with_resources(trainable: Callable, resources: Dict[str, float]) -> Callable:
+    """A function trainable that asks for ``resources`` per trial (default ``{"CPU": 1}``).
+
+    Args:
+        trainable: ``f(config)`` that calls ``report()``.
+        resources: Ray resources of the trial's one worker, e.g. ``{"CPU": 2}``.
+
+    Returns:
+        The same function, marked with its resources.
+
+    Raises:
+        ConfigError: ``trainable`` is a trainer (use its ``scaling_config``).
+    """
+    from engine.trainer import BaseTrainer
+
+    if isinstance(trainable, BaseTrainer) or not callable(trainable):
+        raise ConfigError("with_resources() takes a function; a trainer's resources come "
+                          "from its ScalingConfig (or param_space['scaling_config']).")
+    wrapped = functools.partial(trainable)
+    setattr(wrapped, _RESOURCES_ATTR, dict(resources))
+    return wrapped
+
+
+def _deep_merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
+    out = copy.copy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class Trainable:
+    """What the trial loop needs from a trainable."""
+
+    name: str = "trainable"
+    reusable: bool = False   # reuse worker actors across trials by default
+    can_reuse: bool = False  # reusing them is safe (no framework state in the process)
+
+    def make_spec(self, config: Dict[str, Any], run_config: RunConfig,
+                  trial_info: Dict[str, Any]) -> RunSpec:
+        raise NotImplementedError
+
+    def train_loop_config(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``config`` the training function sees for a trial's ``config``."""
+        raise NotImplementedError
+
+    def base_run_config(self) -> Optional[RunConfig]:
+        return None
+
+
+class FunctionTrainable(Trainable):
+    """``f(config)`` on one worker with the no-op backend."""
+
+    reusable = can_reuse = True
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+        inner = fn.func if isinstance(fn, functools.partial) else fn
+        self.name = getattr(inner, "__name__", "trainable")
+        resources = dict(getattr(fn, _RESOURCES_ATTR, None) or {"CPU": 1})
+        self.scaling = ScalingConfig(num_workers=1, use_gpu=bool(resources.get("GPU")),
+                                     resources_per_worker=resources)
+
+    def make_spec(self, config, run_config, trial_info) -> RunSpec:
+        return RunSpec(train_func=self.fn, train_loop_config=config,
+                       scaling_config=self.scaling, run_config=run_config,
+                       backend_config=BackendConfig(), trainer_name=self.name,
+                       trial_info=dict(trial_info))
+
+    def train_loop_config(self, config):
+        return config
+
+
+class TrainerTrainable(Trainable):
+    """A trainer whose ``param_space`` keys override its constructor arguments
+    (``train_loop_config`` and other dicts are merged key by key)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.name = type(trainer).__name__
+        self.can_reuse = self.reusable = _resettable(getattr(trainer, "backend_config", None))
+
+    def base_run_config(self) -> Optional[RunConfig]:
+        return getattr(self.trainer, "run_config", None)
+
+    def _configured(self, config: Dict[str, Any]) -> Any:
+        trainer = copy.copy(self.trainer)
+        for key, value in config.items():
+            if key == "run_config":
+                raise ConfigError("param_space cannot set run_config: pass "
+                                  "Tuner(run_config=RunConfig(...)).")
+            if not hasattr(trainer, key):
+                raise ConfigError(
+                    f"param_space key {key!r} is not a setting of {self.name}: use "
+                    "'train_loop_config' (the training function's config) or "
+                    "'scaling_config'."
+                )
+            current = getattr(trainer, key)
+            if key == "scaling_config" and isinstance(value, dict):
+                value = ScalingConfig(**_deep_merge(_scaling_kwargs(current), value))
+            elif isinstance(value, dict) and isinstance(current, dict):
+                value = _deep_merge(current, value)
+            elif isinstance(value, dict) and current is None:
+                value = dict(value)
+            setattr(trainer, key, value)
+        return trainer
+
+    def make_spec(self, config, run_config, trial_info) -> RunSpec:
+        trainer = self._configured(config)
+        trainer.run_config = run_config
+        spec = trainer._run_spec()
+        spec.trial_info = dict(trial_info)
+        return spec
+
+    def train_loop_config(self, config):
+        return self._configured(config).train_loop_config
+
+
+def _resettable(backend_config: Any) -> bool:
+    """Whether worker processes can serve another trial after this backend set them up:
+    none, or torch's process group (which the pool destroys between trials). Other
+    frameworks (TF_CONFIG, Horovod) start each trial on fresh workers."""
+    if type(backend_config) is BackendConfig:
+        return True
+    torch_config = sys.modules.get("engine.torch.config")
+    return torch_config is not None and type(backend_config) is torch_config.TorchConfig
+
+
+def _scaling_kwargs(scaling: Optional[ScalingConfig]) -> Dict[str, Any]:
+    if scaling is None:
+        return {}
+    return {k: getattr(scaling, k) for k in ("num_workers", "use_gpu", "resources_per_worker",
+                                             "trainer_resources", "placement_strategy")}
+
+
+def make_trainable(trainable: Any) -> Trainable:
+    from engine.trainer import BaseTrainer
+
+    if isinstance(trainable, BaseTrainer):
+        if not hasattr(trainable, "_run_spec"):
+            raise ConfigError(f"{type(trainable).__name__} cannot be tuned: the Tuner runs "
+                              "DataParallelTrainer subclasses and functions.")
+        return TrainerTrainable(trainable)
+    if callable(trainable):
+        return FunctionTrainable(trainable)
+    raise ConfigError(f"Tuner(trainable) must be a trainer or a function f(config), got "
+                      f"{type(trainable).__name__}.")

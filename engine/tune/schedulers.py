@@ -1,0 +1,402 @@
+"""Trial schedulers: decide after each report whether a trial goes on, stops, or (PBT)
+restarts from a better trial's checkpoint with a perturbed config.
+
+A scheduler sees trials through a few attributes: ``trial_id``, ``config``, ``status``,
+``last_result`` and ``checkpoint`` (the latest committed one). ``on_trial_result``
+returns :attr:`TrialScheduler.CONTINUE`, :attr:`TrialScheduler.STOP` or an
+:class:`Exploit`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from engine.exceptions import ConfigError
+from engine.tune.search import Domain, Float, Integer
+
+
+@dataclass
+class Exploit:
+    """PBT's decision: restart this trial from ``donor``'s latest checkpoint with ``config``."""
+
+    donor: Any
+    config: Dict[str, Any]
+    checkpoint: Any
+
+
+Decision = Union[str, Exploit]
+
+
+class TrialScheduler:
+    """Base class: every hook is a no-op and every result says CONTINUE."""
+
+    CONTINUE = "CONTINUE"
+    STOP = "STOP"
+    needs_checkpoints = False
+
+    def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None) -> None:
+        if mode not in (None, "min", "max"):
+            raise ConfigError(f"{type(self).__name__}(mode={mode!r}) must be 'min' or 'max'.")
+        self.metric = metric
+        self.mode = mode
+
+    def set_search_properties(self, metric: Optional[str], mode: Optional[str],
+                              seed: Optional[int] = None) -> None:
+        """Take ``TuneConfig(metric, mode)`` where the scheduler was given none."""
+        for name, value in (("metric", metric), ("mode", mode)):
+            own = getattr(self, name)
+            if own is not None and value is not None and own != value:
+                raise ConfigError(
+                    f"{type(self).__name__}({name}={own!r}) differs from "
+                    f"TuneConfig({name}={value!r}): set it in one place."
+                )
+            if own is None:
+                setattr(self, name, value)
+
+    def _require_metric(self) -> None:
+        if self.metric is None or self.mode is None:
+            raise ConfigError(
+                f"{type(self).__name__} needs a metric and a mode: set TuneConfig(metric=..., "
+                f"mode='min'|'max') or {type(self).__name__}(metric=..., mode=...)."
+            )
+
+    def _score(self, result: Dict[str, Any]) -> Optional[float]:
+        """The metric with larger = better; NaN ranks worst; None when not reported."""
+        value = result.get(self.metric) if self.metric else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        value = float(value)
+        if math.isnan(value):
+            return -math.inf
+        return value if self.mode == "max" else -value
+
+    def on_trial_add(self, trial: Any) -> None:
+        """A trial was created."""
+
+    def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
+        return self.CONTINUE
+
+    def on_trial_complete(self, trial: Any, result: Optional[Dict[str, Any]]) -> None:
+        """A trial ended (finished, stopped or failed)."""
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs every trial to the end, in the order they were created."""
+
+
+class ASHAScheduler(TrialScheduler):
+    """Asynchronous successive halving: at each rung (``grace_period × rf^k``), a trial
+    worse than the top ``1/reduction_factor`` of those that reached the rung stops.
+
+    Args:
+        time_attr: The increasing measure of progress (``training_iteration``).
+        metric, mode: Default to the TuneConfig's.
+        max_t: Trials stop at this ``time_attr``.
+        grace_period: The first rung: no trial stops before it.
+        reduction_factor: Keep the best ``1/reduction_factor`` at each rung.
+        brackets: Number of brackets (each starting its rungs one step later).
+        stop_last_trials: Stop trials that reach ``max_t``.
+    """
+
+    def __init__(self, time_attr: str = "training_iteration", metric: Optional[str] = None,
+                 mode: Optional[str] = None, max_t: float = 100, grace_period: float = 1,
+                 reduction_factor: float = 4, brackets: int = 1,
+                 stop_last_trials: bool = True) -> None:
+        super().__init__(metric, mode)
+        if grace_period <= 0 or max_t < grace_period:
+            raise ConfigError(f"ASHAScheduler needs 0 < grace_period <= max_t, got "
+                              f"grace_period={grace_period}, max_t={max_t}.")
+        if reduction_factor <= 1:
+            raise ConfigError(f"ASHAScheduler(reduction_factor={reduction_factor}) must be > 1.")
+        if brackets < 1:
+            raise ConfigError(f"ASHAScheduler(brackets={brackets}) must be >= 1.")
+        self.time_attr = time_attr
+        self.max_t = max_t
+        self.grace_period = grace_period
+        self.rf = reduction_factor
+        self.stop_last_trials = stop_last_trials
+        self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s)
+                          for s in range(brackets)]
+        self._trial_bracket: Dict[str, _Bracket] = {}
+
+    def set_search_properties(self, metric, mode, seed=None) -> None:
+        super().set_search_properties(metric, mode, seed)
+        self._require_metric()
+
+    def on_trial_add(self, trial: Any) -> None:
+        if trial.trial_id in self._trial_bracket:  # a restored trial
+            return
+        index = len(self._trial_bracket) % len(self._brackets)
+        self._trial_bracket[trial.trial_id] = self._brackets[index]
+
+    def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
+        t = result.get(self.time_attr)
+        if t is None:
+            return self.CONTINUE
+        if t >= self.max_t and self.stop_last_trials:
+            return self.STOP
+        bracket = self._trial_bracket.get(trial.trial_id)
+        if bracket is None:
+            self.on_trial_add(trial)
+            bracket = self._trial_bracket[trial.trial_id]
+        return bracket.on_result(trial.trial_id, t, self._score(result))
+
+    @property
+    def rungs(self) -> List[float]:
+        """Milestones of the first bracket, lowest first."""
+        return sorted(m for m, _ in self._brackets[0].rungs)
+
+
+class _Bracket:
+    def __init__(self, min_t: float, max_t: float, rf: float, s: int) -> None:
+        self.rf = rf
+        count = int(math.log(max_t / min_t) / math.log(rf) - s + 1 + 1e-9)
+        self.rungs: List[Tuple[float, Dict[str, float]]] = [
+            (min_t * rf ** (k + s), {}) for k in reversed(range(max(count, 0)))]
+
+    def cutoff(self, recorded: Dict[str, float]) -> Optional[float]:
+        if not recorded:
+            return None
+        return _percentile(list(recorded.values()), (1 - 1 / self.rf) * 100)
+
+    def on_result(self, trial_id: str, t: float, score: Optional[float]) -> str:
+        for milestone, recorded in self.rungs:  # highest rung first
+            if t < milestone or trial_id in recorded:
+                continue
+            cutoff = self.cutoff(recorded)
+            if score is not None:
+                recorded[trial_id] = score
+            if cutoff is not None and (score is None or score < cutoff):
+                return TrialScheduler.STOP
+            break
+        return TrialScheduler.CONTINUE
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    vals = sorted(v for v in values if not math.isnan(v))
+    if not vals:
+        return -math.inf
+    pos = (len(vals) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    if math.isinf(vals[lo]) or math.isinf(vals[hi]):
+        return vals[lo] if pos - lo < 0.5 else vals[hi]
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+class MedianStoppingRule(TrialScheduler):
+    """Stop a trial whose best result so far is worse than the median of the other
+    trials' running averages at the same point.
+
+    Args:
+        time_attr: The measure of progress (``time_total_s``; ``training_iteration``
+            makes decisions independent of machine speed).
+        metric, mode: Default to the TuneConfig's.
+        grace_period: No decision before this ``time_attr``.
+        min_samples_required: Other trials that must have reached this point.
+        hard_stop: Stop the trial (True), or only log (False).
+    """
+
+    def __init__(self, time_attr: str = "time_total_s", metric: Optional[str] = None,
+                 mode: Optional[str] = None, grace_period: float = 60.0,
+                 min_samples_required: int = 3, hard_stop: bool = True) -> None:
+        super().__init__(metric, mode)
+        self.time_attr = time_attr
+        self.grace_period = grace_period
+        self.min_samples_required = min_samples_required
+        self.hard_stop = hard_stop
+        self._results: Dict[str, List[Tuple[float, float]]] = {}
+        self._stopped: set = set()
+
+    def set_search_properties(self, metric, mode, seed=None) -> None:
+        super().set_search_properties(metric, mode, seed)
+        self._require_metric()
+
+    def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
+        t, score = result.get(self.time_attr), self._score(result)
+        if t is None or score is None:
+            return self.CONTINUE
+        if trial.trial_id in self._stopped:
+            return self.STOP
+        self._results.setdefault(trial.trial_id, []).append((float(t), score))
+        if t < self.grace_period:
+            return self.CONTINUE
+        others = [tid for tid, rows in self._results.items()
+                  if tid != trial.trial_id and rows[-1][0] >= t]
+        if len(others) < self.min_samples_required:
+            return self.CONTINUE
+        median = statistics.median(self._running_mean(tid, t) for tid in others)
+        best = max(s for _, s in self._results[trial.trial_id])
+        if best < median and self.hard_stop:
+            self._stopped.add(trial.trial_id)
+            return self.STOP
+        return self.CONTINUE
+
+    def _running_mean(self, trial_id: str, t: float) -> float:
+        scoped = [s for u, s in self._results[trial_id] if self.grace_period <= u <= t]
+        return statistics.fmean(scoped) if scoped else -math.inf
+
+
+Mutation = Union[Sequence[Any], Domain, Callable[[], Any], Dict[str, Any]]
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """Population Based Training: every ``perturbation_interval``, a trial in the bottom
+    quantile restarts from the latest checkpoint of a trial in the top quantile, with
+    that trial's config perturbed (``hyperparam_mutations``). The trainable must report
+    checkpoints and resume from ``get_checkpoint()``.
+
+    Args:
+        time_attr: The measure of progress (``training_iteration`` is machine-independent).
+        metric, mode: Default to the TuneConfig's.
+        perturbation_interval: Time (in ``time_attr``) between perturbations of a trial.
+        burn_in_period: No perturbation before this time.
+        hyperparam_mutations: Config keys (nested like the param_space) to perturb, each
+            a list of values (moved to a neighbour), a domain (resampled or scaled by
+            ``perturbation_factors``) or a function returning a value.
+        quantile_fraction: Share of trials in the top and bottom quantiles.
+        resample_probability: Chance of drawing a fresh value instead of perturbing.
+        perturbation_factors: Factors a numeric value is multiplied by.
+        custom_explore_fn: ``f(config) -> config`` applied after the mutations.
+        seed: Seed of the random choices (``TuneConfig(seed=...)`` when not given).
+    """
+
+    needs_checkpoints = True
+
+    def __init__(self, time_attr: str = "time_total_s", metric: Optional[str] = None,
+                 mode: Optional[str] = None, perturbation_interval: float = 60.0,
+                 burn_in_period: float = 0.0,
+                 hyperparam_mutations: Optional[Dict[str, Mutation]] = None,
+                 quantile_fraction: float = 0.25, resample_probability: float = 0.25,
+                 perturbation_factors: Tuple[float, float] = (1.2, 0.8),
+                 custom_explore_fn: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+                 seed: Optional[int] = None) -> None:
+        super().__init__(metric, mode)
+        if not hyperparam_mutations and custom_explore_fn is None:
+            raise ConfigError("PopulationBasedTraining needs hyperparam_mutations (or "
+                              "custom_explore_fn) to know what to perturb.")
+        if not 0 < quantile_fraction <= 0.5:
+            raise ConfigError(f"PopulationBasedTraining(quantile_fraction="
+                              f"{quantile_fraction}) must be in (0, 0.5].")
+        if perturbation_interval <= 0:
+            raise ConfigError("PopulationBasedTraining(perturbation_interval=...) must be > 0.")
+        self.time_attr = time_attr
+        self.perturbation_interval = perturbation_interval
+        self.burn_in_period = burn_in_period
+        self.hyperparam_mutations = hyperparam_mutations or {}
+        self.quantile_fraction = quantile_fraction
+        self.resample_probability = resample_probability
+        self.perturbation_factors = perturbation_factors
+        self.custom_explore_fn = custom_explore_fn
+        self.seed = seed
+        self._rng = random.Random(seed)
+        self._trials: Dict[str, Any] = {}
+        self._last_score: Dict[str, float] = {}
+        self._last_perturbation: Dict[str, float] = {}
+        self.num_exploits = 0
+
+    def set_search_properties(self, metric, mode, seed=None) -> None:
+        super().set_search_properties(metric, mode, seed)
+        self._require_metric()
+        if self.seed is None and seed is not None:
+            self.seed = seed
+            self._rng = random.Random(seed)
+
+    def on_trial_add(self, trial: Any) -> None:
+        self._trials[trial.trial_id] = trial
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_trials"] = {}  # live Trial objects: the tuner adds them back on restore
+        return state
+
+    def on_trial_complete(self, trial: Any, result: Optional[Dict[str, Any]]) -> None:
+        self._last_score.pop(trial.trial_id, None)
+
+    def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
+        self._trials.setdefault(trial.trial_id, trial)
+        t, score = result.get(self.time_attr), self._score(result)
+        if t is None or score is None:
+            return self.CONTINUE
+        self._last_score[trial.trial_id] = score
+        if t < self.burn_in_period:
+            return self.CONTINUE
+        if t - self._last_perturbation.get(trial.trial_id, 0.0) < self.perturbation_interval:
+            return self.CONTINUE
+        self._last_perturbation[trial.trial_id] = t
+        lower, upper = self._quantiles()
+        if trial.trial_id not in lower:
+            return self.CONTINUE
+        donors = [self._trials[tid] for tid in upper
+                  if getattr(self._trials[tid], "checkpoint", None) is not None]
+        if not donors:
+            return self.CONTINUE
+        donor = donors[self._rng.randrange(len(donors))]
+        self.num_exploits += 1
+        return Exploit(donor=donor, config=self.explore(donor.config),
+                       checkpoint=donor.checkpoint)
+
+    def _quantiles(self) -> Tuple[List[str], List[str]]:
+        ranked = sorted(self._last_score, key=lambda tid: self._last_score[tid])
+        if len(ranked) <= 1:
+            return [], []
+        n = min(int(math.ceil(len(ranked) * self.quantile_fraction)), len(ranked) // 2)
+        return ranked[:n], ranked[-n:]
+
+    def explore(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        """A perturbed copy of ``config``."""
+        new = _explore(copy.deepcopy(config), self.hyperparam_mutations, self._rng,
+                       self.resample_probability, self.perturbation_factors)
+        if self.custom_explore_fn is not None:
+            new = self.custom_explore_fn(new)
+        return new
+
+
+def _explore(config: Dict[str, Any], mutations: Dict[str, Mutation], rng: random.Random,
+             resample_p: float, factors: Tuple[float, float]) -> Dict[str, Any]:
+    for key, mutation in mutations.items():
+        if isinstance(mutation, dict):
+            sub = config.get(key)
+            if isinstance(sub, dict):
+                config[key] = _explore(sub, mutation, rng, resample_p, factors)
+            continue
+        if key not in config:
+            continue
+        config[key] = _perturb(config[key], mutation, rng, resample_p, factors)
+    return config
+
+
+def _perturb(value: Any, mutation: Any, rng: random.Random, resample_p: float,
+             factors: Tuple[float, float]) -> Any:
+    resample = rng.random() < resample_p
+    if isinstance(mutation, (list, tuple)):
+        values = list(mutation)
+        if resample or value not in values:
+            return copy.deepcopy(values[rng.randrange(len(values))])
+        i = values.index(value) + (-1 if rng.random() < 0.5 else 1)
+        return copy.deepcopy(values[min(max(i, 0), len(values) - 1)])
+    if isinstance(mutation, Domain):
+        if resample or not isinstance(value, (int, float)) or isinstance(value, bool):
+            return mutation.sample(rng)
+        scaled = value * factors[rng.randrange(len(factors))]
+        if isinstance(mutation, Integer):
+            return int(min(max(round(scaled), mutation.lower), mutation.upper - 1))
+        if isinstance(mutation, Float):
+            return mutation.quantize(scaled) if mutation.q else scaled
+        return scaled
+    if callable(mutation):
+        if resample or not isinstance(value, (int, float)) or isinstance(value, bool):
+            return mutation()
+        scaled = value * factors[rng.randrange(len(factors))]
+        return int(scaled) if isinstance(value, int) else scaled
+    raise ConfigError(f"hyperparam_mutations value {mutation!r} is not a list, a domain, "
+                      "a function or a dict.")
+
+
+__all__ = ["TrialScheduler", "FIFOScheduler", "ASHAScheduler", "MedianStoppingRule",
+           "PopulationBasedTraining", "Exploit"]

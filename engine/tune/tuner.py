@@ -1,0 +1,152 @@
+"""Tuner: run a trainer or a function over a search space, many trials at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from typing import Any, Dict, Optional
+
+from engine.config import RunConfig
+from engine.exceptions import ConfigError
+from engine.tune._experiment import ExperimentStore, open_experiment
+from engine.tune._loop import TrialLoop
+from engine.tune._trainable import make_trainable
+from engine.tune.result_grid import ResultGrid
+from engine.tune.schedulers import FIFOScheduler, TrialScheduler
+from engine.tune.search import BasicVariantGenerator, Searcher
+from engine.tune.tune_config import TuneConfig
+
+logger = logging.getLogger("engine")
+
+
+class Tuner:
+    """Tune the hyperparameters of a trainer or of a function.
+
+    Args:
+        trainable: A trainer (e.g. ``TorchTrainer``), whose ``param_space`` keys
+            ``train_loop_config`` and ``scaling_config`` override its own (merged key by
+            key), or a function ``f(config)`` that calls ``engine.report()`` (one worker,
+            1 CPU; ``engine.tune.with_resources`` asks for more).
+        param_space: The search space: a nested dict of constants, ``grid_search``,
+            ``choice``, ``uniform``, ``quniform``, ``loguniform``, ``randint``.
+        tune_config: Metric, mode, searcher, scheduler, number of trials, concurrency.
+        run_config: Experiment name and storage (trial ``i`` runs in
+            ``<storage_path>/<name>/<trial name>/``), checkpoint retention and
+            ``FailureConfig`` per trial, callbacks (``on_trial_*`` hooks), verbosity.
+            Defaults to the trainer's ``run_config``.
+
+    Running ``fit()`` again with the same ``RunConfig(name=..., storage_path=...)``
+    resumes that experiment, as :meth:`restore` does.
+    """
+
+    def __init__(self, trainable: Any, *, param_space: Optional[Dict[str, Any]] = None,
+                 tune_config: Optional[TuneConfig] = None,
+                 run_config: Optional[RunConfig] = None) -> None:
+        self._trainable = make_trainable(trainable)
+        if param_space is not None and not isinstance(param_space, dict):
+            raise ConfigError("param_space must be a dict (e.g. {'train_loop_config': "
+                              "{'lr': loguniform(1e-4, 1e-1)}}).")
+        self.param_space = dict(param_space or {})
+        self.tune_config = tune_config or TuneConfig()
+        self.run_config = run_config or self._trainable.base_run_config() or RunConfig()
+        self._restored: Optional[Dict[str, Any]] = None
+        self._resume_options: Dict[str, bool] = {}
+        self._store: Optional[ExperimentStore] = None
+
+    @classmethod
+    def restore(cls, path: str, trainable: Any, *, resume_unfinished: bool = True,
+                resume_errored: bool = False, restart_errored: bool = False,
+                param_space: Optional[Dict[str, Any]] = None,
+                storage_filesystem: Any = None) -> "Tuner":
+        """Resume an interrupted experiment (e.g. after the driver crashed).
+
+        Finished trials keep their results and do not run again; unfinished ones
+        continue from their latest checkpoints; the searcher goes on where it stopped.
+
+        Args:
+            path: The experiment directory, ``<storage_path>/<name>``.
+            trainable: The same trainable as before (code is not stored).
+            resume_unfinished: Continue trials that were running or pending.
+            resume_errored: Continue failed trials from their latest checkpoints.
+            restart_errored: Start failed trials over from scratch.
+            param_space: Replaces the stored one (e.g. when it held objects that must be
+                rebuilt); trial configs already sampled stay as they were.
+            storage_filesystem: The ``pyarrow.fs`` filesystem of ``path``, if needed.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no tuner state.
+        """
+        from engine._internal import storage as _storage
+
+        fs, root = _storage.resolve(str(path), storage_filesystem)
+        store = ExperimentStore(_storage.Storage(fs, root.rstrip("/")))
+        state = store.load()
+        tuner = cls(trainable, param_space=param_space or state["param_space"],
+                    tune_config=state["tune_config"], run_config=state["run_config"])
+        parent, _, name = store.storage.root.rstrip("/").rpartition("/")
+        tuner.run_config = dataclasses.replace(tuner.run_config, name=name,
+                                               storage_path=parent, storage_filesystem=fs)
+        tuner._restored = state
+        tuner._store = store
+        tuner._resume_options = dict(resume_unfinished=resume_unfinished,
+                                     resume_errored=resume_errored,
+                                     restart_errored=restart_errored)
+        return tuner
+
+    @classmethod
+    def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` holds a tuner state to restore."""
+        from engine._internal import storage as _storage
+
+        fs, root = _storage.resolve(str(path), storage_filesystem)
+        return ExperimentStore(_storage.Storage(fs, root)).exists()
+
+    def fit(self) -> ResultGrid:
+        """Run every trial (as many at once as resources allow) and return the results.
+
+        A trial that fails does not stop the others: its ``Result.error`` holds a
+        ``TrainingFailedError``.
+        """
+        rc = self.run_config
+        name = rc.name or f"{self._trainable.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        store = self._store or open_experiment(rc.storage_path, name, rc.storage_filesystem)
+        store.storage.check_writable()
+        state = store.load() if store.exists() else None
+        if state is not None and self._restored is None:
+            logger.info("Experiment %s already has a tuner state; resuming it.", store.path)
+        loop = self._make_loop(store, name, state)
+        runs = loop.run()
+        results = [r.result for r in runs if r.result is not None]
+        ids = [r.trial.trial_id for r in runs if r.result is not None]
+        return ResultGrid(results, self.tune_config.metric, self.tune_config.mode,
+                          store.path, ids)
+
+    def _make_loop(self, store: ExperimentStore, name: str,
+                   state: Optional[Dict[str, Any]]) -> TrialLoop:
+        tc = self.tune_config if state is None else state["tune_config"]
+        searcher: Searcher = tc.search_alg or BasicVariantGenerator()
+        scheduler: TrialScheduler = tc.scheduler or FIFOScheduler()
+        if state is None:
+            searcher.set_search_properties(tc.metric, tc.mode, self.param_space,
+                                           tc.num_samples, tc.seed)
+            scheduler.set_search_properties(tc.metric, tc.mode, tc.seed)
+            tc = dataclasses.replace(tc, search_alg=searcher, scheduler=scheduler)
+        _warn_checkpoints(scheduler, self.run_config)
+        loop = TrialLoop(
+            trainable=self._trainable, param_space=self.param_space, tune_config=tc,
+            run_config=self.run_config, store=store, name=name,
+            experiment_id=state["experiment_id"] if state else uuid.uuid4().hex,
+            searcher=searcher, scheduler=scheduler,
+            searcher_done=bool(state and state.get("searcher_done")))
+        if state is not None:
+            loop.restore(state["trials"], **(self._resume_options or {}))
+        return loop
+
+
+def _warn_checkpoints(scheduler: TrialScheduler, rc: RunConfig) -> None:
+    if getattr(scheduler, "needs_checkpoints", False) and \
+            rc.checkpoint_config is not None and rc.checkpoint_config.num_to_keep == 0:
+        raise ConfigError(f"{type(scheduler).__name__} restarts trials from checkpoints, but "
+                          "CheckpointConfig(num_to_keep=0) writes none: keep at least 1.")
