@@ -261,3 +261,27 @@ def test_interrupted_commit_resumes_from_previous_checkpoint(ray_start_4_cpus, s
     assert seen == [2]  # resumed after checkpoint i=1, not from the torn i=99
     assert result.checkpoint.to_dict() == {"i": 2}
     assert result.checkpoint.path.endswith("checkpoint_000002")
+
+
+def test_collective_hung_past_timeout_fails_the_run(ray_start_4_cpus, storage_path):
+    """Rank 1 never enters the allreduce: rank 0's collective ends at
+    TorchConfig.timeout_s and the run fails (no retries left) instead of hanging."""
+    from engine.torch import TorchConfig
+
+    def f():
+        import torch
+        import torch.distributed as dist
+
+        engine.report({"step": 0})
+        if engine.get_context().get_world_rank() == 1:
+            time.sleep(120)  # stuck: never reaches the collective
+        dist.all_reduce(torch.ones(1))
+        engine.report({"step": 1})
+
+    t0 = time.time()
+    with pytest.raises(TrainingFailedError, match="rank 0") as info:
+        TorchTrainer(f, torch_config=TorchConfig(timeout_s=5),
+                     scaling_config=ScalingConfig(num_workers=2),
+                     run_config=RunConfig(storage_path=storage_path)).fit()
+    assert time.time() - t0 < 60
+    assert info.value.result.metrics["step"] == 0
