@@ -19,6 +19,7 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
+from tests.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -185,21 +186,13 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _driver_env():
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env["TRAINYARD_RAY_NUM_CPUS"] = "4"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p)
-    return env
-
-
 def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER.format(repo=REPO))
     log = tmp_path / "starts.jsonl"
     cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log)})
     run_dir = os.path.join(storage_path, "driver-crash")
-    proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=_driver_env(),
+    proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=driver_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     marker = os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed")
@@ -216,7 +209,7 @@ def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
         if os.path.exists(os.path.join(run_dir, n, ".trainyard_committed")))
     last_before = int(committed_before[-1].split("_")[1])
 
-    out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=_driver_env(),
+    out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=driver_env(),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     final = json.loads(out.stdout.split("FINAL", 1)[1])

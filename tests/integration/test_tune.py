@@ -20,6 +20,7 @@ from engine.callbacks import Callback
 from engine.trainer import DataParallelTrainer
 from engine.tune import (ASHAScheduler, OptunaSearch, PopulationBasedTraining, TuneConfig,
                          Tuner, grid_search, uniform)
+from tests.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -313,14 +314,6 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _driver_env():
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env["TRAINYARD_RAY_NUM_CPUS"] = "4"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p)
-    return env
-
-
 def _entries(log):
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -331,7 +324,7 @@ def test_restore_after_driver_sigkill(storage_path, tmp_path):
     script.write_text(DRIVER.format(repo=REPO))
     log = tmp_path / "log.jsonl"
     proc = subprocess.Popen([sys.executable, str(script), "fit", storage_path, str(log)],
-                            env=_driver_env(), stdout=subprocess.PIPE,
+                            env=driver_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 180
 
@@ -352,7 +345,7 @@ def test_restore_after_driver_sigkill(storage_path, tmp_path):
     assert done_before and len(done_before) < 4
 
     out = subprocess.run([sys.executable, str(script), "restore", storage_path, str(log)],
-                         env=_driver_env(), capture_output=True, text=True, timeout=300)
+                         env=driver_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     final = json.loads(out.stdout.split("FINAL", 1)[1])
     assert final == [[i, 8, True] for i in range(4)]
