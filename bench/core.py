@@ -16,7 +16,8 @@ Adding a row::
         metrics=[Metric("wall_s", "s", Target("ratio_max", 0.5))],
     ))
 
-and append the module to ``bench.run.WORKLOAD_MODULES``.
+in its own ``bench/<name>.py``: ``bench.run`` imports every module of ``bench/``
+except those in ``bench.run.NOT_WORKLOADS`` (helpers that register nothing go there).
 """
 
 from __future__ import annotations

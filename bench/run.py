@@ -30,17 +30,23 @@ from typing import Any, Dict, List, Optional
 from bench.core import (REGISTRY, REPO, Context, RssSampler, Workload, count_ray_objects,
                         loadavg, new_since, runner_maxrss_bytes, summarize, write_json)
 
-# Later issues append their workload modules here (tuner, xgboost, checkpoint, ingest, …).
-WORKLOAD_MODULES = [
-    "bench.empty_fit",
-    "bench.report_latency",
-    "bench.ddp",
-    "bench.ingest",
-    "bench.checkpoint_save",
-    "bench.recovery",
-    "bench.tuner",
-    "bench.batch_predict",
-]
+# The workload modules: every ``bench/<name>.py`` that registers a workload. Modules
+# that are not workloads (the harness itself, shared loops) are listed here; a new
+# workload only needs its own file. The order is the table's order.
+NOT_WORKLOADS = {"__init__", "core", "run", "ddp_loop"}
+FIRST = ["empty_fit", "report_latency", "ddp", "ingest", "checkpoint_save", "recovery",
+         "tuner", "batch_predict"]
+
+
+def _workload_modules() -> List[str]:
+    here = Path(__file__).resolve().parent
+    found = sorted(p.stem for p in here.glob("*.py")
+                   if p.stem not in NOT_WORKLOADS and not p.stem.startswith("_"))
+    ordered = [n for n in FIRST if n in found] + [n for n in found if n not in FIRST]
+    return [f"bench.{n}" for n in ordered]
+
+
+WORKLOAD_MODULES = _workload_modules()
 
 RAY_INIT_KWARGS = dict(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
 SIDES = ("ours", "anchor")

@@ -34,6 +34,11 @@ from engine.exceptions import ConfigError, FrameworkMismatchError, MissingColumn
 # sets ``framework`` registers itself when its module is imported.
 _PREDICTORS: Dict[str, Union[str, type]] = {
     "torch": "engine.torch.predictor:TorchPredictor",
+    "tensorflow": "engine.tensorflow:TensorflowPredictor",
+    "xgboost": "engine.xgboost:XGBoostPredictor",
+    "lightgbm": "engine.lightgbm:LightGBMPredictor",
+    "sklearn": "engine.sklearn:SklearnPredictor",
+    "transformers": "engine.huggingface:TransformersPredictor",
 }
 # Model cards of trainers that are not tied to one framework: any predictor may load them.
 _ANY_FRAMEWORK = (None, "", "generic")
