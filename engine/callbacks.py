@@ -78,6 +78,14 @@ class Callback:
                        **info: Any) -> None:
         """A trial failed (its error is on ``trial.error``)."""
 
+    # --- the Tuner's loop ---------------------------------------------------------
+    def on_step_end(self, iteration: int, trials: List[Trial], **info: Any) -> None:
+        """After each pass of the Tuner's event loop (about every 0.1 s while trials
+        run), whether or not a trial reported."""
+
+    def on_experiment_end(self, trials: List[Trial], **info: Any) -> None:
+        """After the last trial of a Tuner run ended."""
+
 
 class LoggerCallback(Callback):
     """A callback that logs trials: override ``log_trial_start``, ``log_trial_result``

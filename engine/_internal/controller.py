@@ -142,7 +142,13 @@ class Controller:
         self.error: Optional[BaseException] = None
         self.last_metrics: Dict[str, Any] = {}
         self._finished_result: Optional[Result] = None
-        self._last_log = 0.0
+        if self.run_config.verbose >= 1:
+            from engine._internal.progress import FitProgress
+
+            self.callbacks.callbacks.insert(0, FitProgress(
+                self.name, self.run_config.verbose, spec.scaling_config.num_workers,
+                self.storage.display(), lambda: len(self.manager.tracked),
+                self.run_config.checkpoint_config.checkpoint_score_attribute))
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> Result:
@@ -285,7 +291,6 @@ class Controller:
             self._teardown(graceful=True)
             self.record.clean_staging()
             self.record.finish(RunState.FINISHED.value, self.manager)
-            self._log(force=True)
             return RunState.FINISHED
         return RunState.RUNNING
 
@@ -386,7 +391,6 @@ class Controller:
             self.record.add_round(metrics, all_metrics)
             self.last_metrics = metrics
             self.callbacks.report(metrics, all_metrics, ckpt)
-            self._log()
             decision = self.decide(metrics) if self.decide is not None else None
             if decision is not None and decision.action is not TrialAction.CONTINUE:
                 return decision
@@ -488,19 +492,7 @@ class Controller:
             callback_errors=self.callbacks.errors,
         )
 
-    def _log(self, force: bool = False) -> None:
-        if self.run_config.verbose < 1 or not self.last_metrics:
-            return
-        now = time.time()
-        if not force and now - self._last_log < 5.0:
-            return
-        self._last_log = now
-        shown = {k: v for k, v in self.last_metrics.items() if k not in _AUTO_FIELDS}
-        logger.info("[%s] iteration %s: %s", self.name,
-                    self.last_metrics.get("training_iteration"), shown)
 
-
-_AUTO_FIELDS = set(constants.AUTOMATIC_FIELDS)
 
 
 def _is_death(error: BaseException) -> bool:

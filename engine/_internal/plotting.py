@@ -59,6 +59,11 @@ def plot_results(results: Sequence[Any], metrics: Optional[Sequence[str]],
     return write_png(plot_curves(frames, metrics, x), path, default_dir)
 
 
+def join_run_path(run_dir: str, name: str) -> str:
+    """``name`` inside a run or experiment directory given as a local path or URI."""
+    return join(run_dir, name) if is_uri(run_dir) else os.path.join(run_dir, name)
+
+
 def write_png(png: bytes, path: Optional[str], run_dir: str) -> str:
     """Write ``png`` to ``path`` (default: ``learning_curve.png`` in ``run_dir``) through
     Storage; return where it went."""

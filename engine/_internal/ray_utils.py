@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -32,5 +33,32 @@ def ensure_ray() -> None:
     # No dashboard: it is one more server and seconds of start-up the engine never uses.
     # (Ray advertises the host's address even when asked for 127.0.0.1; its ports are
     # for this machine's processes.)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    with _quiet_ray_start():
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                 configure_logging=False)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, fragments: tuple) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(f in message for f in self.fragments)
+
+
+@contextlib.contextmanager
+def _quiet_ray_start():
+    """Keep Ray's start-up notices that need no action out of the user's output.
+
+    Ray 2.60 warns on every local start that token authentication is *enabled* (its
+    secure default, on an instance only this machine uses); the warning that it is
+    *disabled* still shows."""
+    target = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    quiet = _DropMessages(("Token authentication is enabled for this Ray cluster",))
+    target.addFilter(quiet)
+    try:
+        yield
+    finally:
+        target.removeFilter(quiet)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import socket
+import sys
 import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -31,6 +32,19 @@ def _call_train_func(train_func: Callable, config: Optional[Dict[str, Any]]) -> 
     if len(params) == 0:
         return train_func()
     return train_func(config if config is not None else {})
+
+
+def _name_log_prefix(rank: int) -> None:
+    """Make Ray prefix this worker's forwarded output with its rank:
+    ``(rank 0 pid=123)``. Ray's log monitor renames an actor's output from a line
+    ``:actor_name:<name>`` in its log files (what it prints for an actor's __repr__);
+    the rank is known only now, after the actor started, so it is printed here."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.write(f":actor_name:rank {rank}\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not stop training
+            pass
 
 
 class TrainWorker:
@@ -72,6 +86,7 @@ class TrainWorker:
                        before_train: Optional[Callable[[], None]] = None) -> None:
         session = _session.TrainSession(**session_args)
         self._session = session
+        _name_log_prefix(session.context.world_rank)
         self._done, self._error = False, None  # a reused actor (Tuner) starts afresh
         session._node_ip = _node_ip()
         _session.init_session(session)

@@ -108,7 +108,13 @@ class TrialLoop:
         self._events: "queue.Queue[tuple]" = queue.Queue()
         self._stop_action: Optional[TrialAction] = None
         self._iteration = 0
-        self._callbacks = CallbackRunner(_tuner_callbacks(run_config.callbacks or []))
+        self._params: List[Path] = [p for p, v in leaves(param_space)
+                                    if _searched(v)]
+        progress = ([ProgressReporter(name, tune_config.metric, self._params,
+                                      verbose=run_config.verbose)]
+                    if run_config.verbose >= 1 else [])
+        self._callbacks = CallbackRunner(progress + _tuner_callbacks(run_config.callbacks
+                                                                     or []))
         self._saved_run_config = _storable(run_config)
         reuse = tune_config.reuse_actors
         if reuse and not trainable.can_reuse:
@@ -116,12 +122,8 @@ class TrialLoop:
                         "group afresh.", trainable.name)
         reuse = trainable.reusable if reuse is None else (reuse and trainable.can_reuse)
         self._pool = WorkerGroupPool() if reuse else None
-        self._params: List[Path] = [p for p, v in leaves(param_space)
-                                    if _searched(v)]
         self._max_trials = searcher.total_trials or tune_config.num_samples
         self._capacity: Dict[str, float] = {}
-        self._progress = (ProgressReporter(name, tune_config.metric, self._params)
-                          if run_config.verbose >= 1 else None)
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> List[TrialRun]:
@@ -146,8 +148,7 @@ class TrialLoop:
                 if not self._running and (self._stop_action is not None or (
                         not self._pending and self._exhausted())):
                     break
-                if self._progress is not None:
-                    self._progress.maybe_report(self.trials)
+                self._callbacks.call("on_step_end", self._iteration, self.trials)
         except BaseException:  # KeyboardInterrupt: stop trials so that restore resumes
             self._stop_action = TrialAction.PAUSE
             self._wait_running(INTERRUPT_WAIT_S)
@@ -157,8 +158,7 @@ class TrialLoop:
             if self._pool is not None:
                 self._pool.close()
         self._save()
-        if self._progress is not None:
-            self._progress.final(self.trials)
+        self._callbacks.call("on_experiment_end", self.trials)
         return self.runs
 
     @property

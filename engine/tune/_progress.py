@@ -1,7 +1,9 @@
 """The Tuner's progress output: a live table on a terminal, plain periodic lines otherwise.
 
 Rows: trial name, status, the searched parameters, iteration, and the metric (the
-TuneConfig's, else the last number the trial reported).
+TuneConfig's, else the last number the trial reported). It is a :class:`Callback` on the
+Tuner's hooks (``on_step_end``, ``on_experiment_end``), first in the Tuner's callback
+list when ``RunConfig(verbose >= 1)``; ``verbose=2`` also prints a line per result.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sys
 import time
 from typing import Any, List, Optional, Sequence, TextIO
 
+from engine.callbacks import Callback
 from engine.tune.search import Path, get_path
 
 TTY_PERIOD_S = 1.0
@@ -18,10 +21,11 @@ MAX_ROWS = 20
 _ORDER = {"RUNNING": 0, "PENDING": 1, "PAUSED": 2, "ERROR": 3, "TERMINATED": 4}
 
 
-class ProgressReporter:
+class ProgressReporter(Callback):
     def __init__(self, name: str, metric: Optional[str], params: Sequence[Path],
-                 out: Optional[TextIO] = None) -> None:
+                 out: Optional[TextIO] = None, verbose: int = 1) -> None:
         self.name = name
+        self.verbose = verbose
         self.metric = metric
         self.params = list(params)
         self.out = out or sys.stdout
@@ -29,6 +33,20 @@ class ProgressReporter:
         self._start = time.monotonic()
         self._last = 0.0
         self._lines_drawn = 0
+
+    # --- hooks -------------------------------------------------------------------
+    def on_step_end(self, iteration: int, trials: List[Any], **info: Any) -> None:
+        self.maybe_report(trials)
+
+    def on_trial_result(self, iteration: int, trials: List[Any], trial: Any,
+                        result: dict, **info: Any) -> None:
+        if self.verbose >= 2 and not self.tty:
+            value = result.get(self.metric) if self.metric else _last_number(result)
+            self._write([f"{trial.trial_name}: iter {_fmt(result.get('training_iteration'))}"
+                         f" {self.metric or 'metric'} {_fmt(value)}"])
+
+    def on_experiment_end(self, trials: List[Any], **info: Any) -> None:
+        self.final(trials)
 
     def maybe_report(self, trials: List[Any]) -> None:
         period = TTY_PERIOD_S if self.tty else PLAIN_PERIOD_S

@@ -113,6 +113,33 @@ class ResultGrid:
             rows.append(row)
         return pd.DataFrame(rows)
 
+    def plot(self, metrics: Optional[List[str]] = None, path: Optional[str] = None,
+             x: str = "training_iteration") -> str:
+        """Write a PNG with one learning curve per trial (labelled with the trial's
+        directory name), one panel per metric.
+
+        Args:
+            metrics: Columns of the trials' ``metrics_dataframe``; None plots every
+                numeric metric that is not an automatic field.
+            path: Where to write it (local path or URI); defaults to
+                ``learning_curves.png`` in the experiment directory.
+            x: The x axis column.
+
+        Returns:
+            The path (or URI) written.
+
+        Raises:
+            ValueError: No trial reported anything, or a metric no trial reported.
+        """
+        from engine._internal.plotting import plot_results, join_run_path
+
+        reported = [r for r in self._results if r.history]
+        if not reported:
+            raise ValueError("ResultGrid.plot(): no trial reported any metrics yet.")
+        if path is None:
+            path = join_run_path(self.experiment_path, "learning_curves.png")
+        return plot_results(reported, metrics, path, self.experiment_path, x)
+
     def __repr__(self) -> str:
         return (f"ResultGrid({len(self)} trials, {self.num_errors} errors, "
                 f"path={self.experiment_path!r})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from typing import Dict
 
 import pytest
@@ -95,6 +96,34 @@ def test_default_files_every_rank_and_plot(ray_start_4_cpus, storage_path):
     assert path == os.path.join(result.path, constants.PLOT_FILE)
     with open(path, "rb") as f:
         assert f.read(4) == b"\x89PNG"
+
+
+def _printing():
+    # Distinct words per rank: Ray collapses lines that differ only in numbers.
+    rank = engine.get_context().get_world_rank()
+    print(f"hello from the {['first', 'second'][rank]} train loop", flush=True)
+    for i in range(2):
+        session.report({"loss": 1.0 / (i + 1)})
+
+
+def test_progress_lines_and_rank_prefixed_worker_output(ray_start_4_cpus, storage_path,
+                                                         capfd):
+    result = _fit(_printing, storage_path, name="progress", verbose=1)
+    # Ray forwards the workers' output from their log files, a moment later.
+    seen, deadline = "", time.monotonic() + 20
+    while time.monotonic() < deadline:
+        captured = capfd.readouterr()
+        seen += captured.out + captured.err
+        if all(f"rank {r} pid=" in seen for r in (0, 1)):
+            break
+        time.sleep(0.2)
+    assert f"== progress: 2 workers, run directory {result.path}" in seen
+    assert "[progress] iter 2 | loss 0.5 |" in seen
+    assert "== progress: finished after " in seen
+    for rank, word in enumerate(["first", "second"]):
+        lines = [line for line in seen.splitlines()
+                 if f"hello from the {word} train loop" in line]
+        assert lines and f"(rank {rank} pid=" in lines[0], seen[-3000:]
 
 
 def test_tensorboard_event_files(ray_start_4_cpus, storage_path):

@@ -73,8 +73,8 @@ def test_importing_engine_predict_imports_no_framework():
 
 def test_registry_resolves_torch_lazily_and_names_known_frameworks():
     assert get_predictor_class("torch") is TorchPredictor
-    with pytest.raises(ConfigError, match=r"'xgboost'.*known: \[.*'torch'"):
-        get_predictor_class("xgboost")
+    with pytest.raises(ConfigError, match=r"'jax'.*known: \[.*'torch'.*'xgboost'"):
+        get_predictor_class("jax")
 
     class Custom(Predictor):
         framework = "unit-test-framework"
