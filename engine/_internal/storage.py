@@ -1,4 +1,4 @@
-"""The one place that talks to storage (pyarrow.fs): local paths, s3://, gs://.
+"""The one place that talks to storage (pyarrow.fs): local paths, s3://, gs://, memory://.
 
 Every write that must survive a crash is atomic: files are written (and fsynced on local
 disks), then made visible by a rename or a marker written last.
@@ -7,6 +7,14 @@ Object stores (S3, GCS) have no directories and no rename: files are written wit
 PUT each (no directory-marker objects), "moving" is a server-side copy and delete per
 file, and deleting a committed checkpoint removes its commit marker first, so a
 half-deleted checkpoint never looks committed.
+
+``memory://name/...`` is RAM-backed storage on this machine: a directory under
+``/dev/shm/trainyard-memory`` (``TRAINYARD_MEMORY_STORAGE_ROOT`` overrides), shared by the
+driver and its worker processes and gone at reboot. pyarrow's own ``memory://``
+filesystem lives inside one process, and trainyard's ranks are separate processes, so it
+could not hold what they write; a tmpfs directory can. It is single-machine storage: on a
+cluster whose workers run on other hosts the writability check rejects it, as any local
+path that is not shared.
 
 S3-compatible servers: ``s3://bucket/prefix?endpoint_override=host:port&scheme=http``.
 The endpoint lives in the ``pyarrow`` filesystem object (which pickles its options, so a
@@ -143,6 +151,8 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
                 _remember(path_or_uri, filesystem, always=True)
             path_or_uri = (parts.netloc.rpartition("@")[2] + parts.path).rstrip("/")
         return filesystem, path_or_uri
+    if path_or_uri.startswith("memory://"):
+        path_or_uri = memory_storage_path(path_or_uri)
     if not is_uri(path_or_uri) or path_or_uri.startswith("file://"):
         local = path_or_uri[len("file://"):] if path_or_uri.startswith("file://") else path_or_uri
         local = os.path.expanduser(local)
@@ -157,7 +167,7 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
     if scheme not in _REMOTE_SCHEMES:
         raise StorageError(
             f"storage_path {redact(path_or_uri)!r} has an unsupported scheme {scheme!r}: use a "
-            "local absolute path, s3://, or gs://."
+            "local absolute path, s3://, gs://, or memory:// (RAM-backed, this machine)."
         )
     _learn_secrets(path_or_uri)
     known = _known_filesystem(path_or_uri)
@@ -175,6 +185,30 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
         ) from None
     _remember(path_or_uri, fs)
     return fs, path.rstrip("/")
+
+
+MEMORY_ROOT_ENV_VAR = "TRAINYARD_MEMORY_STORAGE_ROOT"
+
+
+def memory_storage_root() -> str:
+    """Where ``memory://`` lives: ``$TRAINYARD_MEMORY_STORAGE_ROOT``, else
+    ``/dev/shm/trainyard-memory`` (a tmpfs on Linux), else the temp directory."""
+    root = os.environ.get(MEMORY_ROOT_ENV_VAR)
+    if root:
+        return os.path.abspath(os.path.expanduser(root))
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm/trainyard-memory"
+    return os.path.join(tempfile.gettempdir(), "trainyard-memory")
+
+
+def memory_storage_path(uri: str) -> str:
+    """The local path behind a ``memory://`` URI (``memory://a/b`` -> ``<root>/a/b``)."""
+    inner = uri[len("memory://"):].strip("/")
+    if not inner or any(part in ("..", ".") for part in inner.split("/")):
+        raise StorageError(
+            f"storage_path {uri!r}: name a place inside memory storage, e.g. "
+            "memory://experiments (no '.' or '..' parts).")
+    return os.path.join(memory_storage_root(), *inner.split("/"))
 
 
 def is_local(fs: pafs.FileSystem) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import uuid
 
 import pytest
 
@@ -203,3 +206,33 @@ def test_datasets_without_spare_cpus_fail_fast_with_advice(ray_start_4_cpus, sto
         TorchTrainer(f, scaling_config=ScalingConfig(num_workers=cpus),
                      datasets={"train": pd.DataFrame({"x": [1, 2, 3]})},
                      run_config=RunConfig(storage_path=storage_path)).fit()
+
+
+def _two_checkpoints():
+    rank = engine.get_context().get_world_rank()
+    for i in range(2):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, f"shard_{rank}.txt"), "w") as f:
+                f.write(f"{i}")
+            session.report({"i": i}, checkpoint=engine.Checkpoint.from_directory(d))
+
+
+def test_memory_storage_holds_checkpoints_from_every_rank(ray_start_4_cpus):
+    """memory:// is RAM-backed (/dev/shm) and shared by the driver and the workers, so
+    every rank's shard lands in the committed checkpoint and a re-fit resumes it."""
+    name = f"memory_{uuid.uuid4().hex[:8]}"
+    run = RunConfig(name=name, storage_path="memory://trainyard-tests",
+                    checkpoint_config=CheckpointConfig(num_to_keep=1))
+    try:
+        result = TorchTrainer(_two_checkpoints, scaling_config=ScalingConfig(num_workers=2),
+                              run_config=run).fit()
+        assert result.path == f"/dev/shm/trainyard-memory/trainyard-tests/{name}"
+        with result.checkpoint.as_directory() as d:
+            assert sorted(f for f in os.listdir(d) if f.startswith("shard_")) == [
+                "shard_0.txt", "shard_1.txt"]
+            assert open(os.path.join(d, "shard_1.txt")).read() == "1"
+        assert sorted(d for d in os.listdir(result.path) if d.startswith("checkpoint_")) \
+            == ["checkpoint_000001"]
+    finally:
+        shutil.rmtree(f"/dev/shm/trainyard-memory/trainyard-tests/{name}",
+                      ignore_errors=True)

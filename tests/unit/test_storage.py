@@ -60,3 +60,21 @@ def test_file_in_the_way_is_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(StorageError, match="storage_path"):
         Storage.from_path(str(blocker / "runs")).check_writable()
+
+
+def test_memory_uri_is_a_ram_backed_directory_shared_by_processes(monkeypatch, tmp_path):
+    import pyarrow.fs as pafs
+
+    from engine._internal.storage import memory_storage_root
+
+    monkeypatch.delenv("TRAINYARD_MEMORY_STORAGE_ROOT", raising=False)
+    assert memory_storage_root() == "/dev/shm/trainyard-memory"  # a tmpfs on Linux
+    monkeypatch.setenv("TRAINYARD_MEMORY_STORAGE_ROOT", str(tmp_path))
+    fs, path = resolve("memory://experiments/run1")
+    # A plain local filesystem over that directory: every process of this machine
+    # (driver, workers) sees the same files, unlike pyarrow's per-process memory://.
+    assert isinstance(fs, pafs.LocalFileSystem)
+    assert path == str(tmp_path / "experiments" / "run1")
+    for bad in ("memory://", "memory://a/../b"):
+        with pytest.raises(StorageError, match="memory://experiments"):
+            resolve(bad)
