@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import shutil
 import time
 import uuid
@@ -271,7 +272,10 @@ class Controller:
             elif res.finished:
                 self.tracker.finish(res.rank)
         if failure is not None:
-            dead = self._drain_healthy()
+            failed_ranks = {r.rank for r in results if r.error is not None}
+            dead = self._drain_healthy(failed_ranks)
+            if dead is None and _is_collective_timeout(failure):
+                failure = self._diagnose_hang(failure, failed_ranks)
             if dead is not None and not _is_death(failure):
                 # A rank's process died and its peers' collectives then broke: the death
                 # is the cause worth reporting, the peers' errors are its echo.
@@ -294,9 +298,10 @@ class Controller:
             return RunState.FINISHED
         return RunState.RUNNING
 
-    def _drain_healthy(self) -> Optional[PollResult]:
+    def _drain_healthy(self, failed_ranks: Optional[set] = None) -> Optional[PollResult]:
         """After a failure, collect what the other ranks already reported, so rounds
-        they completed before it still count; return a rank found dead meanwhile."""
+        they completed before it still count; return a rank found dead meanwhile.
+        Ranks that fail meanwhile are added to ``failed_ranks``."""
         assert self.tracker is not None and self.group is not None
         dead = None
         deadline = time.monotonic() + constants.POLL_TIMEOUT_S * 2
@@ -309,8 +314,33 @@ class Controller:
                     self.tracker.add(res.rank, item)
                 if res.died is not None and dead is None:
                     dead = res
+                if res.error is not None and failed_ranks is not None:
+                    failed_ranks.add(res.rank)
         self._process_rounds()
         return dead
+
+    def _diagnose_hang(self, failure: BaseException, waiting: set) -> BaseException:
+        """A collective timed out: name the ranks that waited in it and those that never
+        arrived (alive, no error), with where each of those was."""
+        assert self.group is not None
+        missing = [r for r in range(len(self.group)) if r not in waiting]
+        if not missing:
+            return failure
+        where = []
+        for rank in missing:
+            try:
+                stack = self.group.worker_call(rank, "train_stack", timeout=5.0)
+            except Exception:  # noqa: BLE001 - a diagnosis must not hide the failure
+                stack = ""
+            if stack:
+                where.append(f"rank {rank} was at:\n{stack.rstrip()}")
+        text = (f"collective timed out: rank{'s' if len(waiting) > 1 else ''} "
+                f"{_ranks(waiting)} waited in it past the backend timeout "
+                f"(e.g. TorchConfig.timeout_s); rank{'s' if len(missing) > 1 else ''} "
+                f"{_ranks(missing)} never arrived")
+        assert isinstance(failure, WorkerError)
+        detail = "\n\n".join([f"{text}. First error: {failure.message}"] + where)
+        return WorkerError(failure.rank, detail, failure.traceback_str)
 
     def _restart(self) -> RunState:
         self._teardown()
@@ -493,6 +523,23 @@ class Controller:
         )
 
 
+
+
+# How a collective that ran past its timeout fails: gloo, torch's DistBackendError,
+# NCCL's watchdog, TensorFlow's collective ops.
+_COLLECTIVE_TIMEOUT = re.compile(
+    r"Timed out waiting|DistBackendError|collective operation timeout|"
+    r"DEADLINE_EXCEEDED|Collective ops is aborted", re.IGNORECASE)
+
+
+def _is_collective_timeout(error: BaseException) -> bool:
+    return isinstance(error, WorkerError) and bool(
+        _COLLECTIVE_TIMEOUT.search(error.message + "\n" + error.traceback_str))
+
+
+def _ranks(ranks: Any) -> str:
+    ordered = sorted(ranks)
+    return ", ".join(str(r) for r in ordered)
 
 
 def _is_death(error: BaseException) -> bool:

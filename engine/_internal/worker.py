@@ -125,5 +125,22 @@ class TrainWorker:
                 self._error = (f"{type(exc).__name__}: {exc}", session.traceback_str)
         return items, self._done, self._error
 
+    def train_stack(self, limit: int = 8) -> str:
+        """Where the train thread is right now (its innermost ``limit`` frames), for
+        diagnosing a hang; empty when it is not running."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return ""
+        frame = sys._current_frames().get(thread.ident)
+        if frame is None:
+            return ""
+        frames = traceback.extract_stack(frame)
+        # Start at the user's train_func: the frames above it are the engine's own.
+        for i, fs in enumerate(frames):
+            if fs.name == "_call_train_func" and fs.filename == __file__:
+                frames = frames[i + 1:]
+                break
+        return "".join(traceback.format_list(frames[-limit:]))
+
     def shutdown(self) -> None:
         _session.shutdown_session()

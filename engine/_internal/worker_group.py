@@ -204,6 +204,12 @@ class WorkerGroup:
 
         return ray.get(self.actors[rank].execute.remote(fn, *args, **kwargs))
 
+    def worker_call(self, rank: int, method: str, *args: Any, timeout: float = 10.0) -> Any:
+        """Call a ``TrainWorker`` method on one rank and wait at most ``timeout``."""
+        import ray
+
+        return ray.get(getattr(self.actors[rank], method).remote(*args), timeout=timeout)
+
     def shutdown(self, graceful: bool = False) -> None:
         """Stop the workers: let them exit cleanly when training ended (``graceful``),
         kill them outright after a failure, where one may be stuck in a collective."""
