@@ -47,6 +47,9 @@ class ScalingConfig:
                 f"use one of {', '.join(_PLACEMENT_STRATEGIES)}."
             )
         self.placement_strategy = strategy
+        if not isinstance(self.use_gpu, bool):
+            raise ConfigError(
+                f"ScalingConfig(use_gpu={self.use_gpu!r}) is invalid: use True or False.")
         for name in ("resources_per_worker", "trainer_resources"):
             res = getattr(self, name)
             if res is None:
@@ -109,6 +112,12 @@ class CheckpointConfig:
                 f"CheckpointConfig(num_to_keep={self.num_to_keep!r}) is invalid: use None "
                 "(keep all), 0 (write none) or a positive integer."
             )
+        if self.checkpoint_score_attribute is not None and not isinstance(
+                self.checkpoint_score_attribute, str):
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_score_attribute="
+                f"{self.checkpoint_score_attribute!r}) is invalid: name a reported metric, "
+                "e.g. 'loss' (nested metrics as 'val/acc'), or None to rank by age.")
         if self.checkpoint_score_order not in _SCORE_ORDERS:
             raise ConfigError(
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) "
@@ -180,8 +189,29 @@ class RunConfig:
             self.failure_config = FailureConfig()
         if self.callbacks is None:
             self.callbacks = []
-        if self.storage_path is not None and not isinstance(self.storage_path, str):
-            self.storage_path = str(self.storage_path)  # pathlib.Path is welcome
+        for name, cls in (("checkpoint_config", CheckpointConfig),
+                          ("failure_config", FailureConfig)):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ConfigError(
+                    f"RunConfig({name}={value!r}) is invalid: pass a {cls.__name__}, e.g. "
+                    f"RunConfig({name}={cls.__name__}(...))"
+                    + (f" ({cls.__name__}(**your_dict) converts a dict)."
+                       if isinstance(value, dict) else "."))
+        _check_callbacks(self.callbacks)
+        if not isinstance(self.verbose, int) or isinstance(self.verbose, bool) \
+                or self.verbose not in (0, 1, 2):
+            raise ConfigError(
+                f"RunConfig(verbose={self.verbose!r}) is invalid: use 0 (silent), 1 (a "
+                "status line) or 2 (a line per report).")
+        if self.storage_path is not None:
+            import os
+
+            if not isinstance(self.storage_path, (str, os.PathLike)):
+                raise ConfigError(
+                    f"RunConfig(storage_path={self.storage_path!r}) is invalid: use an "
+                    "absolute local path or a URI such as s3://bucket/prefix.")
+            self.storage_path = os.fspath(self.storage_path)  # pathlib.Path is welcome
         if self.name is not None:
             if not isinstance(self.name, str) or not self.name.strip() \
                     or "/" in self.name or self.name in (".", ".."):
@@ -199,6 +229,24 @@ class RunConfig:
                 f"checkpoint_config={self.checkpoint_config!r}, "
                 f"failure_config={self.failure_config!r}, callbacks={self.callbacks!r}, "
                 f"verbose={self.verbose!r}, metrics_reduce={self.metrics_reduce!r})")
+
+
+def _check_callbacks(callbacks: Any) -> None:
+    from engine.callbacks import Callback
+
+    if not isinstance(callbacks, (list, tuple)):
+        raise ConfigError(
+            f"RunConfig(callbacks={callbacks!r}) is invalid: pass a list, e.g. "
+            "RunConfig(callbacks=[MyCallback()]).")
+    for cb in callbacks:
+        if isinstance(cb, type):
+            raise ConfigError(
+                f"RunConfig(callbacks=[{cb.__name__}]) passes the class: pass an instance, "
+                f"{cb.__name__}().")
+        if not isinstance(cb, Callback):
+            raise ConfigError(
+                f"RunConfig(callbacks=[..., {cb!r}]) is invalid: callbacks are instances of "
+                "engine.callbacks.Callback (or LoggerCallback) subclasses.")
 
 
 def _check_metrics_reduce(spec: Any) -> None:
@@ -226,7 +274,9 @@ class DataConfig:
     datasets_to_split: Union[str, List[str]] = "all"
 
     def __post_init__(self) -> None:
-        if isinstance(self.datasets_to_split, str) and self.datasets_to_split != "all":
+        value = self.datasets_to_split
+        if not (value == "all" or (isinstance(value, (list, tuple, set)) and all(
+                isinstance(n, str) for n in value))):
             raise ConfigError(
                 f"DataConfig(datasets_to_split={self.datasets_to_split!r}) is invalid: use "
                 "'all' or a list of dataset names."

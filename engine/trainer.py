@@ -61,8 +61,21 @@ class DataParallelTrainer(BaseTrainer):
                 f"train_loop_per_worker must be a function, got "
                 f"{type(train_loop_per_worker).__name__}."
             )
+        _check_train_func(train_loop_per_worker)
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise ConfigError("train_loop_config must be a dict (it becomes `config`).")
+        for name, value, cls in (("scaling_config", scaling_config, ScalingConfig),
+                                 ("run_config", run_config, RunConfig),
+                                 ("dataset_config", dataset_config, DataConfig)):
+            if value is not None and not isinstance(value, cls):
+                hint = (f" ({cls.__name__}(**your_dict) converts a dict)"
+                        if isinstance(value, dict) else "")
+                raise ConfigError(f"{name} must be an engine.{cls.__name__}, got "
+                                  f"{type(value).__name__}{hint}.")
+        if datasets is not None and not isinstance(datasets, dict):
+            raise ConfigError(
+                "datasets must be a dict of name -> dataset, e.g. datasets={'train': ds, "
+                f"'validation': val_ds}}; got {type(datasets).__name__}.")
         if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint,
                                                                  Checkpoint):
             raise ConfigError(
@@ -94,7 +107,26 @@ class DataParallelTrainer(BaseTrainer):
     def _worker_env(self) -> Dict[str, str]:
         return {}
 
+    def _check_resume_checkpoint(self) -> None:
+        """A checkpoint another framework's trainer wrote cannot seed this one: say so
+        before any worker starts (checkpoints without a model card pass)."""
+        ckpt = self.resume_from_checkpoint
+        if ckpt is None:
+            return
+        card = ckpt.get_model_card() or {}
+        found = card.get("framework")
+        if found in (None, "", "generic", self._framework) or self._framework == "generic":
+            return
+        from engine.exceptions import FrameworkMismatchError
+
+        raise FrameworkMismatchError(
+            f"resume_from_checkpoint {ckpt.path!r} was written by {card.get('trainer')!r} "
+            f"(framework {found!r}); {type(self).__name__} trains {self._framework!r} "
+            f"models and cannot resume from it. Resume with the {found!r} trainer, or start "
+            "without resume_from_checkpoint.", found, self._framework)
+
     def _run_spec(self) -> RunSpec:
+        self._check_resume_checkpoint()
         datasets = self.datasets
         if self.preprocessor is not None:
             from engine._internal.data import prepare_datasets
@@ -139,3 +171,26 @@ class DataParallelTrainer(BaseTrainer):
     def fit(self) -> Result:
         """Run training to the end and return its :class:`Result`."""
         return Controller(self._run_spec()).run()
+
+
+def _check_train_func(train_func: Callable) -> None:
+    """Fail at construction, not on the workers: a signature the engine cannot call, or
+    a function that cannot be pickled to ship to them (naming what it captures)."""
+    import inspect
+
+    try:
+        params = inspect.signature(train_func).parameters.values()
+    except (TypeError, ValueError):
+        params = None
+    if params is not None:
+        required = [p.name for p in params
+                    if p.default is inspect.Parameter.empty
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if len(required) > 1:
+            raise ConfigError(
+                f"train_loop_per_worker {getattr(train_func, '__name__', train_func)!r} "
+                f"takes ({', '.join(required)}): it must take no argument or one (config), "
+                "e.g. def train_func(config): ...; put the rest in train_loop_config.")
+    from engine._internal.pickling import check_picklable
+
+    check_picklable(train_func, "train_loop_per_worker")

@@ -30,8 +30,8 @@ from engine._internal.worker_metrics import reduce_metrics
 from engine._internal.worker_group import PollResult, WorkerGroup
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
-from engine.exceptions import (CheckpointError, TrainingFailedError, TrainyardError,
-                               WorkerError)
+from engine.exceptions import (CheckpointError, StorageError, TrainingFailedError,
+                               TrainyardError, WorkerError)
 from engine.result import Result
 
 logger = logging.getLogger("engine")
@@ -179,7 +179,16 @@ class Controller:
     # --- states ----------------------------------------------------------------
     def _initialize(self) -> RunState:
         self.storage.check_writable()
-        self.record.load()
+        try:
+            self.record.load()
+        except ValueError as exc:  # json.JSONDecodeError, or a record of the wrong shape
+            raise StorageError(
+                f"The run record {self.storage.display(self.record.path)} of run "
+                f"{self.name!r} is not valid ({type(exc).__name__}: {exc}); nothing was "
+                "deleted and its checkpoints are untouched. Restore the file from a backup, "
+                "or move it aside to start this run name afresh (its committed "
+                "checkpoint_* directories stay usable with Checkpoint.from_directory), or "
+                "pick another RunConfig(name=...).") from None
         if self.record.state == RunState.FINISHED.value:
             logger.info("Run %s already finished; returning its result.", self.name)
             self.manager = CheckpointManager.from_json(
