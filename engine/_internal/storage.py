@@ -28,12 +28,15 @@ pass ``filesystem=``.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -53,6 +56,75 @@ _SECRET_ENV_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 _MIN_SECRET_LEN = 6
 _URI_RE = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 _UPLOAD_THREADS = 8
+logger = logging.getLogger("engine")
+
+# --- retrying remote storage ----------------------------------------------------------
+# An object store that stalls (a network blip, a server restarting, throttling) must not
+# fail a run that would go on a few seconds later. Every leaf operation on a remote
+# filesystem is retried with exponential backoff while its error looks transient, for
+# up to $TRAINYARD_STORAGE_RETRY_S seconds (default 120); each is idempotent (a PUT of
+# the same bytes, a delete, a move that checks whether it already happened).
+RETRY_ENV_VAR = "TRAINYARD_STORAGE_RETRY_S"
+DEFAULT_RETRY_S = 120.0
+_TRANSIENT = re.compile(
+    r"NETWORK_CONNECTION|Timeout was reached|curlCode|timed out|Connection refused|"
+    r"connection reset|Couldn't connect|Could not connect|SLOW_DOWN|SlowDown|"
+    r"Service ?Unavailable|InternalError|RequestTimeout|Broken pipe|"
+    r"HTTP response code: 5\d\d|error code: 5\d\d", re.IGNORECASE)
+_retry_state = threading.local()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a storage error is worth retrying (network, timeout, throttling, 5xx)."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError,
+                        NotADirectoryError, FileExistsError)):
+        return False
+    return isinstance(exc, OSError) and bool(_TRANSIENT.search(str(exc)))
+
+
+def _retry_budget() -> float:
+    try:
+        return float(os.environ.get(RETRY_ENV_VAR, DEFAULT_RETRY_S))
+    except ValueError:
+        return DEFAULT_RETRY_S
+
+
+def _retrying(method):
+    """Retry a remote ``Storage`` operation on transient errors (local ones run once).
+    Nested retrying operations do not retry on their own: the outermost one does."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self.local or getattr(_retry_state, "active", False):
+            return method(self, *args, **kwargs)
+        _retry_state.active = True
+        try:
+            deadline = time.monotonic() + _retry_budget()
+            delay, started, attempts = 0.25, time.monotonic(), 0
+            while True:
+                try:
+                    out = method(self, *args, **kwargs)
+                    if attempts:
+                        logger.warning("Storage %s answered again after %.1f s (%s).",
+                                       self.display(), time.monotonic() - started,
+                                       method.__name__)
+                    return out
+                except Exception as exc:  # noqa: BLE001 - filtered just below
+                    if not is_transient(exc) or time.monotonic() + delay > deadline:
+                        raise
+                    if not attempts:
+                        logger.warning(
+                            "Storage %s is not answering (%s: %s); retrying for up to "
+                            "%.0f s ($%s).", self.display(), type(exc).__name__,
+                            _safe_reason(exc)[:200], _retry_budget(), RETRY_ENV_VAR)
+                    attempts += 1
+                    time.sleep(delay)
+                    delay = min(delay * 2, 8.0)
+        finally:
+            _retry_state.active = False
+
+    return wrapper
+
 _COPY_CHUNK = 8 * 1024 * 1024
 
 # (scheme, bucket) -> the filesystem opened for it from a URI with an endpoint or
@@ -291,12 +363,15 @@ class Storage:
         remember_filesystem(self.fs, self.root)
 
     # --- reads -----------------------------------------------------------------
+    @_retrying
     def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
+    @_retrying
     def is_dir(self, path: str) -> bool:
         return self.fs.get_file_info(path).type == pafs.FileType.Directory
 
+    @_retrying
     def list_dir(self, path: str) -> List[str]:
         """Names directly under ``path`` (empty when it does not exist)."""
         try:
@@ -305,6 +380,7 @@ class Storage:
             return []
         return sorted(info.base_name for info in infos)
 
+    @_retrying
     def list_files(self, path: str) -> List[str]:
         """Relative paths of the files under ``path`` (recursive, sorted; empty when it
         does not exist)."""
@@ -317,6 +393,7 @@ class Storage:
         return sorted(info.path[len(prefix):] for info in infos
                       if info.type == pafs.FileType.File and info.path.startswith(prefix))
 
+    @_retrying
     def read_bytes(self, path: str) -> bytes:
         with self.fs.open_input_stream(path) as f:
             return f.read()
@@ -332,6 +409,7 @@ class Storage:
             return
         self.fs.create_dir(path, recursive=True)
 
+    @_retrying
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Write a file so that readers see the old or the new content, never a part."""
         if self.local:
@@ -351,6 +429,7 @@ class Storage:
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, default=str).encode("utf-8"))
 
+    @_retrying
     def _put_file(self, local_path: str, dest: str) -> None:
         with open(local_path, "rb") as fin, self.fs.open_output_stream(dest) as fout:
             while True:
@@ -389,6 +468,7 @@ class Storage:
                             destination_filesystem=self.fs)
         return files
 
+    @_retrying
     def download_dir(self, src: str, local_dir: str) -> None:
         os.makedirs(local_dir, exist_ok=True)
         if self.local:
@@ -408,11 +488,21 @@ class Storage:
             os.replace(src, dst)
         elif self.object_store and self.is_dir(src):
             for rel in self.list_files(src):
-                self.fs.move(join(src, rel), join(dst, rel))
+                self._move_file(join(src, rel), join(dst, rel))
             self.delete_dir(src)
         else:
-            self.fs.move(src, dst)
+            self._move_file(src, dst)
 
+    @_retrying
+    def _move_file(self, src: str, dst: str) -> None:
+        try:
+            self.fs.move(src, dst)
+        except FileNotFoundError:
+            # A retried move whose first try went through (the answer was lost).
+            if self.fs.get_file_info(dst).type != pafs.FileType.File:
+                raise
+
+    @_retrying
     def delete_dir(self, path: str) -> None:
         """Delete a directory and everything under it (nothing if it does not exist).
 
@@ -426,6 +516,7 @@ class Storage:
             if self.exists(path):
                 raise
 
+    @_retrying
     def _delete_commit_marker(self, path: str) -> None:
         marker = join(path, constants.COMMIT_MARKER)
         if self.local:

@@ -78,3 +78,53 @@ def test_memory_uri_is_a_ram_backed_directory_shared_by_processes(monkeypatch, t
     for bad in ("memory://", "memory://a/../b"):
         with pytest.raises(StorageError, match="memory://experiments"):
             resolve(bad)
+
+
+class _FlakyFS:
+    """A remote filesystem stand-in whose reads fail ``failures`` times first."""
+
+    type_name = "s3"
+
+    def __init__(self, failures: int, error: str) -> None:
+        self.failures, self.error, self.calls = failures, error, 0
+
+    def open_input_stream(self, path):
+        import io
+
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise OSError(self.error)
+        return io.BytesIO(b"payload")
+
+
+NETWORK = ("When reading information for key 'k': AWS Error NETWORK_CONNECTION during "
+           "GetObject operation: curlCode: 28, Timeout was reached")
+
+
+def test_remote_storage_retries_transient_errors_then_succeeds(monkeypatch, caplog):
+    import engine._internal.storage as storage_mod
+
+    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    fs = _FlakyFS(3, NETWORK)
+    with caplog.at_level("WARNING", logger="engine"):
+        assert Storage(fs, "bucket/run").read_bytes("bucket/run/x") == b"payload"
+    assert fs.calls == 4
+    text = caplog.text
+    assert "is not answering" in text and "TRAINYARD_STORAGE_RETRY_S" in text
+    assert "answered again" in text
+
+
+def test_remote_storage_gives_up_after_the_budget_and_never_retries_real_errors(monkeypatch):
+    import engine._internal.storage as storage_mod
+
+    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setenv("TRAINYARD_STORAGE_RETRY_S", "0")
+    fs = _FlakyFS(100, NETWORK)
+    with pytest.raises(OSError, match="NETWORK_CONNECTION"):
+        Storage(fs, "bucket/run").read_bytes("bucket/run/x")
+    assert fs.calls == 1
+    monkeypatch.setenv("TRAINYARD_STORAGE_RETRY_S", "60")
+    denied = _FlakyFS(100, "AWS Error ACCESS_DENIED during GetObject operation")
+    with pytest.raises(OSError, match="ACCESS_DENIED"):
+        Storage(denied, "bucket/run").read_bytes("bucket/run/x")
+    assert denied.calls == 1  # not transient: no retry
