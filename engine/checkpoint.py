@@ -65,14 +65,19 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Checkpoint":
-        """A checkpoint holding a pickled dict (small state, e.g. epoch and weights)."""
+        """A checkpoint holding a dict (small state, e.g. epoch and weights).
+
+        In a process that uses torch it is written with ``torch.save``, so that tensors,
+        numbers and nested dicts (state dicts, optimizer state) can later be read with
+        ``torch.load(weights_only=True)`` — what predictors do, running no code; elsewhere
+        it is a plain pickle. :meth:`to_dict` reads both, unpickling in full."""
         if not isinstance(data, dict):
             raise CheckpointError(
                 f"Checkpoint.from_dict expects a dict, got {type(data).__name__}."
             )
         tmp = tempfile.mkdtemp(prefix="trainyard_ckpt_")
         with open(os.path.join(tmp, constants.DICT_CHECKPOINT_FILE), "wb") as f:
-            pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+            _dump_dict(data, f)
         ckpt = cls(tmp)
         ckpt._owned_tmp = True
         return ckpt
@@ -114,7 +119,8 @@ class Checkpoint:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def to_dict(self) -> Dict[str, Any]:
-        """Unpickle a checkpoint made by :meth:`from_dict` (trusted checkpoints only)."""
+        """Unpickle a checkpoint made by :meth:`from_dict`. A pickle runs code when
+        loaded: call this on trusted checkpoints only (the engine itself never does)."""
         storage = _storage.Storage(self.filesystem, self.path)
         dict_file = _storage.join(self.path, constants.DICT_CHECKPOINT_FILE)
         if not storage.exists(dict_file):
@@ -122,7 +128,7 @@ class Checkpoint:
                 f"Checkpoint {self.uri!r} holds no {constants.DICT_CHECKPOINT_FILE}: it was "
                 "not made by Checkpoint.from_dict. Read its files with as_directory()."
             )
-        return pickle.loads(storage.read_bytes(dict_file))
+        return _load_dict(storage.read_bytes(dict_file))
 
     def get_model_card(self) -> Optional[Dict[str, Any]]:
         """The ``model_card.json`` a trainer wrote into this checkpoint (framework,
@@ -131,15 +137,18 @@ class Checkpoint:
         storage = _storage.Storage(self.filesystem, self.path)
         return storage.read_json(_storage.join(self.path, constants.MODEL_CARD_FILE))
 
-    def get_preprocessor(self) -> Optional[Any]:
+    def get_preprocessor(self, allow_pickle: bool = True) -> Optional[Any]:
         """The fitted preprocessor the trainer saved in this checkpoint, or None.
 
-        Built-in preprocessors are stored as JSON; a custom one is a pickle and is
-        unpickled here (trusted checkpoints only).
+        Built-in preprocessors are stored as JSON (reading them runs no code); a custom
+        one is a pickle, unpickled here because you asked for it — trusted checkpoints
+        only. Predictors pass ``allow_pickle=False`` unless told otherwise, and then a
+        pickled preprocessor is a :class:`CheckpointError`.
         """
         from engine._internal.data import load_preprocessor
 
-        return load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path)
+        return load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path,
+                                 allow_pickle=allow_pickle)
 
     def get_internal_representation(self) -> Tuple[str, str]:
         """``("local_path", path)`` or ``("uri", uri)``, as in the seed pages."""
@@ -164,3 +173,59 @@ def _rebuild(path: str, filesystem: pafs.FileSystem, metrics: Optional[Dict[str,
     ckpt.metrics = metrics
     _storage.remember_filesystem(filesystem, path)  # so Checkpoint(ckpt.uri) works here too
     return ckpt
+
+
+def _dump_dict(data: Dict[str, Any], f: Any) -> None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.save(data, f)  # torch's default protocol 2: what weights_only can read
+    else:
+        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _is_torch_archive(raw: bytes) -> bool:
+    return raw[:4] == b"PK\x03\x04"  # torch.save's zip format
+
+
+def _load_dict(raw: bytes) -> Dict[str, Any]:
+    """Full unpickling of a dict checkpoint, either format (trusted data only)."""
+    if _is_torch_archive(raw):
+        import io
+
+        import torch
+
+        return torch.load(io.BytesIO(raw), weights_only=False)
+    return pickle.loads(raw)
+
+
+def load_dict_safely(raw: bytes, uri: str = "") -> Dict[str, Any]:
+    """A dict checkpoint read without running code: only the ``torch.save`` format, with
+    ``weights_only=True`` (tensors, numbers, strings, containers), onto the CPU.
+
+    Raises:
+        CheckpointError: a plain pickle, or one holding other objects — loading those
+            runs code; the message says how to opt in for a trusted checkpoint.
+    """
+    hint = ("Loading it would run code: if you trust this checkpoint, pass "
+            "allow_pickle=True; to avoid pickles, save weights with "
+            "engine.torch.TorchCheckpoint.from_model(model) or report "
+            "Checkpoint.from_dict({...}) from a process that imports torch.")
+    if not _is_torch_archive(raw):
+        raise CheckpointError(
+            f"The dict checkpoint {uri!r} is a plain pickle. {hint}")
+    import io
+
+    import torch
+
+    try:
+        return torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch's UnpicklingError names the refused global
+        text = str(exc)
+        reason = text.split("WeightsUnpickler error:", 1)[-1].strip() if \
+            "WeightsUnpickler error:" in text else text.strip()
+        first = reason.splitlines()[0] if reason else type(exc).__name__
+        raise CheckpointError(
+            f"The dict checkpoint {uri!r} holds objects other than tensors, numbers and "
+            f"containers ({first[:200]}). {hint}") from None

@@ -98,22 +98,31 @@ class Predictor:
 
     # --- construction ----------------------------------------------------------
     @classmethod
-    def from_checkpoint(cls, checkpoint: Checkpoint, **kwargs: Any) -> "Predictor":
+    def from_checkpoint(cls, checkpoint: Checkpoint, *, allow_pickle: bool = False,
+                        **kwargs: Any) -> "Predictor":
         """Load the model, model card and preprocessor saved in ``checkpoint``.
 
         Args:
             checkpoint: A checkpoint a trainer (or the user) wrote.
+            allow_pickle: Load pickled content (a custom preprocessor, a pickled model):
+                a pickle runs code when loaded, so only for checkpoints you trust. By
+                default nothing in the checkpoint is unpickled.
             **kwargs: The framework predictor's loading arguments (e.g. ``model=``).
 
         Raises:
             FrameworkMismatchError: the checkpoint's model card names another framework.
+            CheckpointError: the checkpoint needs unpickling and ``allow_pickle`` is False.
         """
+        import inspect
+
         card = checkpoint.get_model_card()
         cls.check_framework(card, checkpoint)
+        if "allow_pickle" in inspect.signature(cls._from_checkpoint).parameters:
+            kwargs["allow_pickle"] = allow_pickle
         predictor = cls._from_checkpoint(checkpoint, **kwargs)
         predictor.model_card = card
         if predictor.preprocessor is None:
-            predictor.preprocessor = checkpoint.get_preprocessor()
+            predictor.preprocessor = checkpoint.get_preprocessor(allow_pickle=allow_pickle)
         return predictor
 
     @classmethod

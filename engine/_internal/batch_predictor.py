@@ -157,6 +157,9 @@ class BatchPredictor:
 
         st = _storage.Storage(self.checkpoint.filesystem, self.checkpoint.path)
         if st.exists(_storage.join(self.checkpoint.path, _pp.PICKLE_FILE)):
+            if not self.predictor_kwargs.get("allow_pickle"):
+                # Fail here, before any actor starts, with the loader's own message.
+                self.checkpoint.get_preprocessor(allow_pickle=False)
             return _CustomPreprocessor()
         return self.checkpoint.get_preprocessor()
 

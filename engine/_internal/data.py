@@ -200,15 +200,23 @@ def save_preprocessor(storage: Any, checkpoint_dir_path: str, preprocessor: Opti
     return name
 
 
-def load_preprocessor(storage: Any, checkpoint_dir_path: str) -> Optional[Any]:
+def load_preprocessor(storage: Any, checkpoint_dir_path: str,
+                      allow_pickle: bool = True) -> Optional[Any]:
     """The preprocessor saved in a checkpoint directory, or None (a ``.pkl`` one is
-    unpickled: trusted checkpoints only)."""
+    unpickled only with ``allow_pickle``: trusted checkpoints only)."""
     from engine import preprocessors as _pp
     from engine._internal.storage import join
+    from engine.exceptions import CheckpointError
 
     for name in (_pp.JSON_FILE, _pp.PICKLE_FILE):
         path = join(checkpoint_dir_path, name)
         if storage.exists(path):
+            if name == _pp.PICKLE_FILE and not allow_pickle:
+                raise CheckpointError(
+                    f"The checkpoint {storage.display(checkpoint_dir_path)!r} holds a custom "
+                    f"preprocessor ({_pp.PICKLE_FILE}), a pickle: loading it runs code. If "
+                    "you trust this checkpoint pass allow_pickle=True (e.g. "
+                    "Predictor.from_checkpoint(ckpt, allow_pickle=True)).")
             return _pp.loads(name, storage.read_bytes(path))
     return None
 

@@ -19,7 +19,6 @@ Where the weights come from, in this order:
 from __future__ import annotations
 
 import os
-import pickle
 import warnings
 import zipfile
 from typing import Any, Dict, Optional, Sequence, Union
@@ -29,7 +28,7 @@ import torch
 
 from engine import constants
 from engine._internal.batches import feature_matrix
-from engine.checkpoint import Checkpoint
+from engine.checkpoint import Checkpoint, _load_dict, load_dict_safely
 from engine.exceptions import CheckpointError, ConfigError
 from engine.predict import Predictor
 from engine.torch.checkpoint import MODEL_STATE_FILE
@@ -72,13 +71,16 @@ class TorchPredictor(Predictor):
     @classmethod
     def _from_checkpoint(cls, checkpoint: Checkpoint, model: Optional[torch.nn.Module] = None,
                          use_gpu: bool = False, model_file: Optional[str] = None,
-                         dtype: Optional[torch.dtype] = None) -> "TorchPredictor":
+                         dtype: Optional[torch.dtype] = None,
+                         allow_pickle: bool = False) -> "TorchPredictor":
         """Args: ``model`` to load a state dict into (None: a saved/scripted model),
-        ``use_gpu``, ``model_file`` (a file of the checkpoint), ``dtype``."""
+        ``use_gpu``, ``model_file`` (a file of the checkpoint), ``dtype``,
+        ``allow_pickle`` (load pickles — code — from a trusted checkpoint)."""
         if model is not None and not isinstance(model, torch.nn.Module):
             raise ConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}.")
         with checkpoint.as_directory() as local:
-            module = load_model(local, model, model_file, uri=checkpoint.uri)
+            module = load_model(local, model, model_file, uri=checkpoint.uri,
+                                allow_pickle=allow_pickle)
         return cls(module, use_gpu=use_gpu, dtype=dtype)
 
     def _predict_numpy(self, features: Dict[str, np.ndarray]
@@ -97,23 +99,25 @@ class TorchPredictor(Predictor):
 
 # --- loading ------------------------------------------------------------------------------
 def load_model(local_dir: str, model: Optional[torch.nn.Module] = None,
-               model_file: Optional[str] = None, uri: str = "") -> torch.nn.Module:
+               model_file: Optional[str] = None, uri: str = "",
+               allow_pickle: bool = False) -> torch.nn.Module:
     """The module a checkpoint directory holds: ``model`` with the saved state dict
-    loaded, or (``model=None``) the TorchScript / pickled module saved there."""
+    loaded, or (``model=None``) the TorchScript module saved there — or, with
+    ``allow_pickle=True`` only, a module pickled in a dict checkpoint."""
     files = sorted(os.listdir(local_dir))
     if model_file is not None and model_file not in files:
         raise CheckpointError(f"Checkpoint {uri or local_dir!r} has no file {model_file!r} "
                               f"(it holds {files}).")
     if model is None:
-        return _saved_module(local_dir, files, model_file, uri)
-    state = _state_dict(local_dir, files, model_file, uri)
+        return _saved_module(local_dir, files, model_file, uri, allow_pickle)
+    state = _state_dict(local_dir, files, model_file, uri, allow_pickle)
     model.load_state_dict({k[len("module."):] if k.startswith("module.") else k: v
                            for k, v in state.items()})
     return model
 
 
-def _state_dict(local_dir: str, files: list, model_file: Optional[str], uri: str
-                ) -> Dict[str, Any]:
+def _state_dict(local_dir: str, files: list, model_file: Optional[str], uri: str,
+                allow_pickle: bool = False) -> Dict[str, Any]:
     name = model_file or (MODEL_STATE_FILE if MODEL_STATE_FILE in files else None)
     if name is not None:
         path = os.path.join(local_dir, name)
@@ -125,7 +129,8 @@ def _state_dict(local_dir: str, files: list, model_file: Optional[str], uri: str
             return state
     if constants.DICT_CHECKPOINT_FILE in files:
         with open(os.path.join(local_dir, constants.DICT_CHECKPOINT_FILE), "rb") as f:
-            data = pickle.load(f)  # a dict checkpoint is a pickle: trusted ones only
+            raw = f.read()
+        data = _load_dict(raw) if allow_pickle else load_dict_safely(raw, uri or local_dir)
         for key in _STATE_DICT_KEYS:
             value = data.get(key)
             if isinstance(value, torch.nn.Module):
@@ -144,8 +149,8 @@ def _state_dict(local_dir: str, files: list, model_file: Optional[str], uri: str
         "TorchCheckpoint.from_model(model) or Checkpoint.from_dict({'model_weights': ...}).")
 
 
-def _saved_module(local_dir: str, files: list, model_file: Optional[str], uri: str
-                  ) -> torch.nn.Module:
+def _saved_module(local_dir: str, files: list, model_file: Optional[str], uri: str,
+                  allow_pickle: bool = False) -> torch.nn.Module:
     candidates = [model_file] if model_file else (
         [f for f in _PREFERRED_FILES if f in files]
         + [f for f in files if f.endswith(_MODEL_SUFFIXES) and f not in _PREFERRED_FILES])
@@ -153,9 +158,9 @@ def _saved_module(local_dir: str, files: list, model_file: Optional[str], uri: s
         path = os.path.join(local_dir, name)
         if _is_torchscript(path):
             return torch.jit.load(path, map_location="cpu")
-    if constants.DICT_CHECKPOINT_FILE in files and not model_file:
+    if constants.DICT_CHECKPOINT_FILE in files and not model_file and allow_pickle:
         with open(os.path.join(local_dir, constants.DICT_CHECKPOINT_FILE), "rb") as f:
-            data = pickle.load(f)  # trusted checkpoints only
+            data = _load_dict(f.read())  # a pickled module is code: asked for
         module = data.get("model") if isinstance(data, dict) else None
         if isinstance(module, torch.nn.Module):
             return getattr(module, "module", module)

@@ -14,7 +14,8 @@ import pytest
 
 from engine import Checkpoint, constants
 from engine._internal import batches
-from engine.exceptions import ConfigError, FrameworkMismatchError, MissingColumnsError
+from engine.exceptions import (CheckpointError, ConfigError, FrameworkMismatchError,
+                               MissingColumnsError)
 from engine.predict import (BatchPredictor, Predictor, evaluate, get_predictor_class,
                             register_predictor)
 from engine.preprocessors import Chain, MinMaxScaler, Preprocessor, StandardScaler, dumps
@@ -44,7 +45,7 @@ def _checkpoint(path, model, card=None, preprocessor=None) -> Checkpoint:
     ``model_weights``, plus the model card and the preprocessor when given."""
     path.mkdir()
     with open(path / constants.DICT_CHECKPOINT_FILE, "wb") as f:
-        pickle.dump({"epoch": 0, "model_weights": model.state_dict()}, f)
+        torch.save({"epoch": 0, "model_weights": model.state_dict()}, f)  # as from_dict
     if card is not None:
         (path / constants.MODEL_CARD_FILE).write_text(json.dumps(card))
     if preprocessor is not None:
@@ -205,7 +206,11 @@ def test_custom_preprocessor_may_create_the_feature_columns(tmp_path):
     ckpt = _checkpoint(tmp_path / "c", model, preprocessor=DoubleA(),
                        card={"framework": "torch", "feature_columns": ["a2"]})
     assert (tmp_path / "c" / "preprocessor.pkl").exists()
-    predictor = TorchPredictor.from_checkpoint(ckpt, model=_linear(1, 1, seed=8))
+    # A custom preprocessor is a pickle: loading it is opted into.
+    with pytest.raises(CheckpointError, match="custom preprocessor.*allow_pickle=True"):
+        TorchPredictor.from_checkpoint(ckpt, model=_linear(1, 1, seed=8))
+    predictor = TorchPredictor.from_checkpoint(ckpt, model=_linear(1, 1, seed=8),
+                                               allow_pickle=True)
     df = pd.DataFrame({"a": [1.0, 2.0], "id": [5, 6]})
     np.testing.assert_allclose(predictor.predict(df)["predictions"].to_numpy(),
                                _torch_out(model, np.array([[2.0], [4.0]]))[:, 0], rtol=1e-6)
@@ -364,3 +369,23 @@ def test_use_gpu_without_cuda_says_what_to_do():
         pytest.skip("a GPU is visible here")
     with pytest.raises(ConfigError, match="use_gpu=False"):
         TorchPredictor(_linear(), use_gpu=True)
+
+
+def test_a_plain_pickle_dict_checkpoint_loads_only_when_allowed(tmp_path):
+    """Checkpoint.from_dict in a process without torch writes a plain pickle: scoring
+    it needs allow_pickle=True (it runs code when loaded); from_dict in a torch process
+    writes torch.save's format, which loads with weights_only=True by default."""
+    model = _linear()
+    path = tmp_path / "plain"
+    path.mkdir()
+    with open(path / constants.DICT_CHECKPOINT_FILE, "wb") as f:
+        pickle.dump({"model_weights": model.state_dict()}, f)
+    ckpt = Checkpoint.from_directory(str(path))
+    with pytest.raises(CheckpointError, match="is a plain pickle.*allow_pickle=True"):
+        TorchPredictor.from_checkpoint(ckpt, model=_linear(seed=1))
+    loaded = TorchPredictor.from_checkpoint(ckpt, model=_linear(seed=1), allow_pickle=True)
+    assert torch.equal(loaded.model.weight, model.weight)
+    native = Checkpoint.from_dict({"model_weights": model.state_dict(), "epoch": 3})
+    assert TorchPredictor.from_checkpoint(native, model=_linear(seed=1)).model.weight.equal(
+        model.weight)
+    assert native.to_dict()["epoch"] == 3
