@@ -19,6 +19,14 @@ class BackendConfig:
         """A function each worker runs in its train thread before ``train_func``."""
         return None
 
+    @property
+    def stall_timeout_s(self) -> Optional[float]:
+        """Seconds with no report from any rank after which the controller declares the
+        group hung (a collective that one rank never entered), names where every rank
+        was, and fails the attempt. For frameworks whose collectives have no timeout of
+        their own (TensorFlow, XGBoost); None disables the watchdog."""
+        return None
+
 
 class Backend:
     """Lifecycle hooks around a worker group; every hook is a no-op by default."""

@@ -143,6 +143,7 @@ class Controller:
         self.error: Optional[BaseException] = None
         self.last_metrics: Dict[str, Any] = {}
         self._finished_result: Optional[Result] = None
+        self._last_progress = time.monotonic()
         if self.run_config.verbose >= 1:
             from engine._internal.progress import FitProgress
 
@@ -257,6 +258,7 @@ class Controller:
             ))
         group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,
                              self.spec.backend_config.train_func_wrapper())
+        self._last_progress = time.monotonic()
         self.backend.on_training_start(group, self.spec.backend_config)
         self.tracker = RoundTracker(len(group))
 
@@ -271,6 +273,8 @@ class Controller:
                     "that is expected"))
         failure: Optional[BaseException] = None
         for res in results:
+            if res.items:
+                self._last_progress = time.monotonic()
             for item in res.items:
                 self.tracker.add(res.rank, item)
             if res.died is not None and failure is None:
@@ -292,6 +296,9 @@ class Controller:
                                       f"SIGKILL or the OOM killer, or crashed): {dead.died}; "
                                       f"other ranks then failed: {_first_line(failure)}")
             return self._on_failure(failure)
+        stalled = self._check_stall()
+        if stalled is not None:
+            return self._on_failure(stalled)
         decision = self._process_rounds()
         if decision is None and self.decide is not None:
             decision = self.decide(None)
@@ -327,6 +334,29 @@ class Controller:
                     failed_ranks.add(res.rank)
         self._process_rounds()
         return dead
+
+    def _check_stall(self) -> Optional[BaseException]:
+        """The backend's watchdog (``stall_timeout_s``): no rank reported for that long
+        means the group is stuck, e.g. in a collective one rank never entered."""
+        limit = self.spec.backend_config.stall_timeout_s
+        if limit is None or self.group is None \
+                or time.monotonic() - self._last_progress < limit:
+            return None
+        where = []
+        for rank in range(len(self.group)):
+            if self.tracker is not None and self.tracker.finished.get(rank):
+                continue
+            try:
+                stack = self.group.worker_call(rank, "train_stack", timeout=5.0)
+            except Exception:  # noqa: BLE001 - a diagnosis must not hide the failure
+                stack = ""
+            where.append(f"rank {rank} was at:\n{stack.rstrip() or '  (no stack)'}")
+        name = type(self.spec.backend_config).__name__
+        return WorkerError(-1, "\n\n".join(
+            [f"no rank reported for {limit:g} s ({name}(timeout_s={limit:g})): the worker "
+             "group is hung, e.g. in a collective that a rank never entered. Raise "
+             f"{name}(timeout_s=...) if an interval between reports can be that long."]
+            + where))
 
     def _diagnose_hang(self, failure: BaseException, waiting: set) -> BaseException:
         """A collective timed out: name the ranks that waited in it and those that never

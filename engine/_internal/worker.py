@@ -140,7 +140,12 @@ class TrainWorker:
             if fs.name == "_call_train_func" and fs.filename == __file__:
                 frames = frames[i + 1:]
                 break
-        return "".join(traceback.format_list(frames[-limit:]))
+        if len(frames) <= limit:
+            return "".join(traceback.format_list(frames))
+        # The user's own frames first (where in train_func), then the innermost ones.
+        head, tail = frames[:3], frames[-(limit - 3):]
+        return ("".join(traceback.format_list(head)) + "  ...\n"
+                + "".join(traceback.format_list(tail)))
 
     def shutdown(self) -> None:
         _session.shutdown_session()

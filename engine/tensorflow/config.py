@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from engine._internal.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError
@@ -39,15 +39,30 @@ class TensorflowConfig(BackendConfig):
             ``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported there. Keras 3 fails
             under ``MultiWorkerMirroredStrategy`` in TensorFlow 2.21; set False only for
             Keras 3 code that does not use it (e.g. ``MirroredStrategy`` in one worker).
+        timeout_s: TensorFlow's collectives wait forever for a rank that never joins; when
+            no rank has reported for this long the group is declared hung, the error says
+            where each rank was, and the attempt fails (retried under ``FailureConfig``).
+            Set it above your longest interval between reports; None disables it.
     """
 
     legacy_keras: bool = True
+    timeout_s: Optional[float] = 1800.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.legacy_keras, bool):
             raise ConfigError(
                 f"TensorflowConfig(legacy_keras={self.legacy_keras!r}) must be True or False."
             )
+        if self.timeout_s is not None and (
+                not isinstance(self.timeout_s, (int, float)) or isinstance(self.timeout_s, bool)
+                or self.timeout_s <= 0):
+            raise ConfigError(
+                f"TensorflowConfig(timeout_s={self.timeout_s!r}) must be a number of seconds "
+                "> 0, or None to wait forever.")
+
+    @property
+    def stall_timeout_s(self) -> Optional[float]:
+        return self.timeout_s
 
     @property
     def backend_cls(self) -> type:
