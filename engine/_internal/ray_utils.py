@@ -10,6 +10,9 @@ from engine import constants
 
 logger = logging.getLogger(__name__)
 
+RAY_WORKER_NICENESS_ENV_VAR = "TRAINYARD_RAY_WORKER_NICENESS"
+DEFAULT_RAY_WORKER_NICENESS = 0
+
 
 def ensure_ray() -> None:
     """Start or join Ray once per process.
@@ -33,9 +36,13 @@ def ensure_ray() -> None:
     # No dashboard: it is one more server and seconds of start-up the engine never uses.
     # (Ray advertises the host's address even when asked for 127.0.0.1; its ports are
     # for this machine's processes.)
+    # Ray starts worker processes at nice 15 so that its own daemons stay responsive;
+    # training workers are this instance's main job and run at the priority torchrun's
+    # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
+    niceness = int(os.environ.get(RAY_WORKER_NICENESS_ENV_VAR, DEFAULT_RAY_WORKER_NICENESS))
     with _quiet_ray_start():
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 configure_logging=False)
+                 configure_logging=False, _system_config={"worker_niceness": niceness})
 
 
 class _DropMessages(logging.Filter):

@@ -236,3 +236,22 @@ def test_memory_storage_holds_checkpoints_from_every_rank(ray_start_4_cpus):
     finally:
         shutil.rmtree(f"/dev/shm/trainyard-memory/trainyard-tests/{name}",
                       ignore_errors=True)
+
+
+def test_local_ray_runs_workers_at_the_drivers_priority(tmp_path):
+    """Ray renices its workers by 15 by default; the engine's local Ray does not, so
+    training competes with the system as torchrun's processes would."""
+    import subprocess
+    import sys
+
+    from tests.subprocess_env import driver_env
+
+    code = ("import os, ray\n"
+            "from engine._internal.ray_utils import ensure_ray\n"
+            "ensure_ray()\n"
+            "print(ray.get(ray.remote(lambda: os.nice(0)).remote()) - os.nice(0))\n")
+    env = driver_env()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "0"
