@@ -48,7 +48,7 @@ def _workload_modules() -> List[str]:
 
 WORKLOAD_MODULES = _workload_modules()
 
-RAY_INIT_KWARGS = dict(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
+RAY_INIT_KWARGS = dict(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
 SIDES = ("ours", "anchor")
 SETTLE_S = 2.0
 MB = 2 ** 20

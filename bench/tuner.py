@@ -126,8 +126,8 @@ def _child(side: str, out_path: str, workdir: str, quick: bool) -> None:
     import ray
 
     s = sizes(quick)
-    ray.init(num_cpus=NUM_CPUS, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
+    ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False,
+             _node_ip_address="127.0.0.1", log_to_driver=False)
     out = _ours(workdir, s) if side == "ours" else _anchor(workdir, s)
     time.sleep(2.0)  # actor kills and placement group removals are asynchronous
     out["child_ray_objects_after_fit"] = count_ray_objects()

@@ -46,7 +46,7 @@ def ray_session(aws_test_credentials):
     if not ray.is_initialized():
         # Workers import test modules (functions defined in tests pickle by reference).
         pythonpath = os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p)
-        ray.init(num_cpus=RAY_TEST_CPUS, include_dashboard=False, configure_logging=False,
+        ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False, configure_logging=False,
                  log_to_driver=True,
                  runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray

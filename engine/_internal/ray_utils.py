@@ -41,8 +41,12 @@ def ensure_ray() -> None:
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
     niceness = int(os.environ.get(RAY_WORKER_NICENESS_ENV_VAR, DEFAULT_RAY_WORKER_NICENESS))
     with _quiet_ray_start():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 configure_logging=False, _system_config={"worker_niceness": niceness})
+        # address="local": start our own instance even when `ray start` (or a test's
+        # Cluster) left /tmp/ray/ray_current_cluster behind, which ray.init() would
+        # otherwise join — or fail on, when that cluster is gone.
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=True, configure_logging=False,
+                 _system_config={"worker_niceness": niceness})
 
 
 class _DropMessages(logging.Filter):

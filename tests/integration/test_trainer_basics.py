@@ -238,20 +238,32 @@ def test_memory_storage_holds_checkpoints_from_every_rank(ray_start_4_cpus):
                       ignore_errors=True)
 
 
-def test_local_ray_runs_workers_at_the_drivers_priority(tmp_path):
-    """Ray renices its workers by 15 by default; the engine's local Ray does not, so
-    training competes with the system as torchrun's processes would."""
+def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
+    """The engine's local Ray starts its own instance even when a stale
+    ``ray_current_cluster`` file (left by ``ray start`` or a test Cluster) points at a
+    dead cluster, which a plain ``ray.init()`` would try to join; and Ray's default
+    renice of workers by 15 is undone, so training competes as torchrun's would."""
+    import shutil
     import subprocess
     import sys
 
     from tests.subprocess_env import driver_env
+
+    ray_tmp = tempfile.mkdtemp(prefix="ty", dir="/tmp")  # short: Ray's socket paths
+    os.makedirs(os.path.join(ray_tmp, "ray"))
+    with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w") as f:
+        f.write("127.0.0.1:1\n")
 
     code = ("import os, ray\n"
             "from engine._internal.ray_utils import ensure_ray\n"
             "ensure_ray()\n"
             "print(ray.get(ray.remote(lambda: os.nice(0)).remote()) - os.nice(0))\n")
     env = driver_env()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+    env["RAY_TMPDIR"] = ray_tmp
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "0"
