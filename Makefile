@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trainyard-installed
+# Horovod is built from its patched sdist (not on the "all" extra); the wheel is cached.
+HOROVOD_STAMP := $(VENV)/.horovod-installed
 PYTEST_ARGS ?=
 
 .PHONY: run test bench venv constraints clean
@@ -14,15 +16,19 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -c constraints.txt -e ".[all,test]"
 	@touch $(STAMP)
 
+$(HOROVOD_STAMP): $(STAMP) scripts/install_horovod.sh
+	bash scripts/install_horovod.sh $(PY)
+	@touch $(HOROVOD_STAMP)
+
 venv: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m pipelines.digits
 
-test: $(STAMP)
+test: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m bench.run $(if $(QUICK),--quick,)
 
 constraints:
