@@ -82,7 +82,7 @@ class WorkerGroupPool:
                     break
         if victim is None:
             return False
-        victim.shutdown()
+        victim.shutdown(graceful=True)  # idle: it exits cleanly, no SIGTERM noise
         return True
 
     def close(self) -> None:
@@ -91,7 +91,7 @@ class WorkerGroupPool:
             groups = [g for gs in self._idle.values() for g in gs]
             self._idle.clear()
         for group in groups:
-            group.shutdown()
+            group.shutdown(graceful=True)
 
 
 class _PooledWorkerGroup(WorkerGroup):
