@@ -1,0 +1,235 @@
+"""XGBoost, 500k × 28 synthetic binary rows, 50 rounds, ``hist``, depth 6, 2 workers.
+
+Every side is a fresh ``python -m bench.xgboost --side ...`` process (like a user's
+script), so ``whole_wall_s`` is process start to exit, Ray start and shutdown included.
+
+- ours: ``engine.xgboost.XGBoostTrainer`` (built-in loop) on 2 workers, datasets given
+  as Parquet paths, a report every round and the final checkpoint.
+- anchor ``xgboost``: one process, ``xgboost.train(nthread=2)`` on the same files.
+- anchor ``xgboost_ray_train``: Ray Train's ``ray.train.xgboost.XGBoostTrainer`` with a
+  training function and its ``RayTrainReportCallback`` (a report every round, the final
+  checkpoint), 2 workers.
+
+``in_training_s`` is the same span on every side, taken by one ``TrainingCallback``
+(rank 0): from ``before_training`` (the matrices are built, in the workers) to
+``after_training`` run after the report callback's, i.e. once the final report with
+its checkpoint returned. Train and validation (50k rows) are eval sets everywhere.
+The data is generated once into ``$BENCH_CACHE_DIR`` (default
+``/tmp/trainyard_bench_cache``); ``--quick`` uses 100k rows and 20 rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+from bench.core import Context, Metric, Target, Workload, child_env, read_json, register
+
+NUM_WORKERS = 2
+FEATURES = 28
+PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "tree_method": "hist",
+          "max_depth": 6, "eta": 0.1}
+
+
+def sizes(quick: bool) -> Dict[str, Any]:
+    return {"train_rows": 100_000 if quick else 500_000,
+            "valid_rows": 10_000 if quick else 50_000, "features": FEATURES,
+            "rounds": 20 if quick else 50, "workers": NUM_WORKERS,
+            "params": PARAMS}
+
+
+# --- data ------------------------------------------------------------------------------
+def cache_dir() -> Path:
+    return Path(os.environ.get("BENCH_CACHE_DIR") or "/tmp/trainyard_bench_cache")
+
+
+def data_paths(quick: bool) -> Tuple[Path, Path]:
+    """Train and validation Parquet files (28 float32 features + ``label``), HIGGS-like:
+    a label from a noisy nonlinear function of the features. Generated on first use."""
+    s = sizes(quick)
+    base = cache_dir() / f"gbdt_{s['train_rows']}x{FEATURES}"
+    paths = (base.with_name(base.name + "_train.parquet"),
+             base.with_name(base.name + "_valid.parquet"))
+    if all(p.exists() for p in paths):
+        return paths
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    n = s["train_rows"] + s["valid_rows"]
+    x = rng.standard_normal((n, FEATURES), dtype=np.float32)
+    w = rng.standard_normal(FEATURES).astype(np.float32)
+    logit = x @ w / 3 + np.sin(x[:, 0] * x[:, 1]) + 0.5 * x[:, 2] * x[:, 3]
+    y = (logit + rng.logistic(size=n) > 0).astype(np.int32)
+    for path, rows in zip(paths, (slice(0, s["train_rows"]), slice(s["train_rows"], n))):
+        cols = {f"f{i}": x[rows, i] for i in range(FEATURES)}
+        cols["label"] = y[rows]
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        pq.write_table(pa.table(cols), tmp, row_group_size=65_536)
+        os.replace(tmp, path)
+    return paths
+
+
+# --- the span every side measures ---------------------------------------------------------
+def _stamp_callback(out: str) -> Any:
+    import xgboost
+
+    class Stamp(xgboost.callback.TrainingCallback):
+        """Rank 0 writes when training started and when it ended, to ``out``."""
+
+        def before_training(self, model):
+            self.start = time.time()
+            return model
+
+        def after_training(self, model):
+            if xgboost.collective.get_rank() == 0:
+                Path(out).write_text(json.dumps({"start": self.start, "end": time.time()}))
+            return model
+
+    return Stamp()
+
+
+def _span(path: Path) -> float:
+    stamps = read_json(path)
+    return stamps["end"] - stamps["start"]
+
+
+# --- the sides, each in its own process ---------------------------------------------------
+def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> Dict[str, Any]:
+    from engine import RunConfig, ScalingConfig
+    from engine.xgboost import XGBoostTrainer
+
+    result = XGBoostTrainer(
+        datasets={"train": train, "validation": valid}, label_column="label",
+        params=PARAMS, num_boost_round=rounds, callbacks=[_stamp_callback(stamp)],
+        scaling_config=ScalingConfig(num_workers=NUM_WORKERS),
+        run_config=RunConfig(storage_path=storage, verbose=0)).fit()
+    assert result.metrics["training_iteration"] == rounds, result.metrics
+    return {"validation_logloss": result.metrics["validation-logloss"]}
+
+
+def side_single(train: str, valid: str, rounds: int, stamp: str, storage: str
+                ) -> Dict[str, Any]:
+    import pyarrow.parquet as pq
+    import xgboost
+
+    t0 = time.perf_counter()
+    matrices = []
+    for path in (train, valid):
+        df = pq.read_table(path).to_pandas()
+        matrices.append(xgboost.DMatrix(df.drop(columns=["label"]), label=df["label"]))
+    load_s = time.perf_counter() - t0
+    log: Dict[str, Any] = {}
+    xgboost.train(dict(PARAMS, nthread=NUM_WORKERS), matrices[0], num_boost_round=rounds,
+                  evals=[(matrices[0], "train"), (matrices[1], "validation")],
+                  evals_result=log, verbose_eval=False, callbacks=[_stamp_callback(stamp)])
+    return {"validation_logloss": log["validation"]["logloss"][-1], "read_and_dmatrix_s": load_s}
+
+
+def _ray_train_fn(config: Dict[str, Any]) -> None:
+    import ray.train
+    import xgboost
+    from ray.train.xgboost import RayTrainReportCallback
+
+    frames = {name: ray.train.get_dataset_shard(name).materialize().to_pandas()
+              for name in ("train", "validation")}
+    mats = {name: xgboost.DMatrix(df.drop(columns=["label"]), label=df["label"])
+            for name, df in frames.items()}
+    xgboost.train(dict(PARAMS, nthread=1), mats["train"], num_boost_round=config["rounds"],
+                  evals=[(mats["train"], "train"), (mats["validation"], "validation")],
+                  verbose_eval=False,
+                  callbacks=[RayTrainReportCallback(), _stamp_callback(config["stamp"])])
+
+
+def side_ray_train(train: str, valid: str, rounds: int, stamp: str, storage: str
+                   ) -> Dict[str, Any]:
+    import ray
+    import ray.train
+    from ray.train.xgboost import XGBoostTrainer
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    result = XGBoostTrainer(
+        _ray_train_fn, train_loop_config={"rounds": rounds, "stamp": stamp},
+        datasets={"train": ray.data.read_parquet(train),
+                  "validation": ray.data.read_parquet(valid)},
+        scaling_config=ray.train.ScalingConfig(num_workers=NUM_WORKERS),
+        run_config=ray.train.RunConfig(storage_path=storage)).fit()
+    return {"validation_logloss": result.metrics["validation-logloss"]}
+
+
+SIDES = {"ours": side_ours, "single": side_single, "ray_train": side_ray_train}
+
+
+def child_main(argv: list, sides: Dict[str, Any] = SIDES) -> None:
+    """One side, in this process: writes ``side.json`` (and rank 0 ``stamp.json``)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--side", choices=sorted(sides), required=True)
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--valid", required=True)
+    parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir)
+    stamp = str(workdir / "stamp.json")
+    t0 = time.perf_counter()
+    out = sides[args.side](args.train, args.valid, args.rounds, stamp, str(workdir / "runs"))
+    out["side_call_s"] = time.perf_counter() - t0
+    (workdir / "side.json").write_text(json.dumps(out))
+
+
+def run_side(ctx: Context, side: str, module: str = "bench.xgboost") -> Dict[str, Any]:
+    """Run one side in a fresh process: the whole wall, the in-training span, extras."""
+    train, valid = data_paths(ctx.quick)
+    cmd = [sys.executable, "-m", module, "--side", side, "--train", str(train),
+           "--valid", str(valid), "--rounds", str(sizes(ctx.quick)["rounds"]),
+           "--workdir", str(ctx.workdir)]
+    wall = ctx.run_process(cmd, env=child_env(), log_name=side)
+    out = read_json(ctx.workdir / "side.json")
+    return {"whole_wall_s": wall, "in_training_s": _span(ctx.workdir / "stamp.json"), **out}
+
+
+_NOTES = ["Each side is a fresh process with its own Ray (ray_mode none); the anchor's "
+          "RSS is its process's.",
+          "in_training_s: one TrainingCallback on rank 0, before_training → after the "
+          "report callback's after_training (final report and checkpoint done)."]
+
+register(Workload(
+    name="xgboost",
+    description="XGBoost 500k×28 binary, 50 rounds, hist, depth 6: 2 workers vs 1 process",
+    anchor="xgboost.train(nthread=2) in one process",
+    run_ours=lambda ctx: run_side(ctx, "ours"),
+    run_anchor=lambda ctx: run_side(ctx, "single"),
+    metrics=[
+        Metric("in_training_s", "s", Target("ratio_max", 1.3),
+               "matrices built → final report returned (rank 0)"),
+        Metric("whole_wall_s", "s", None, "process start to exit"),
+    ],
+    ray_mode="none", setup=lambda quick: data_paths(quick), sizes=sizes,
+    rep_timeout_s=900.0, notes=_NOTES,
+))
+
+register(Workload(
+    name="xgboost_ray_train",
+    description="The same job: trainyard's XGBoostTrainer vs Ray Train's, 2 workers each",
+    anchor="ray.train.xgboost.XGBoostTrainer + RayTrainReportCallback",
+    run_ours=lambda ctx: run_side(ctx, "ours"),
+    run_anchor=lambda ctx: run_side(ctx, "ray_train"),
+    metrics=[
+        Metric("whole_wall_s", "s", Target("ratio_max", 1.0), "process start to exit"),
+        Metric("in_training_s", "s", Target("ratio_max", 1.0),
+               "matrices built → final report returned (rank 0)"),
+    ],
+    ray_mode="none", setup=lambda quick: data_paths(quick), sizes=sizes,
+    rep_timeout_s=900.0, notes=_NOTES,
+))
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

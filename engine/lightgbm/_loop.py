@@ -1,0 +1,78 @@
+"""The seed-style LightGBMTrainer's loop, run on every worker."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+from engine._internal.gbdt import TRAIN_DATASET, read_shard, rounds_left
+from engine.lightgbm.config import get_network_params, import_lightgbm
+
+logger = logging.getLogger("engine")
+
+# LightGBM's aliases of num_threads and tree_learner (its docs' Parameters page).
+THREAD_PARAMS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
+TREE_LEARNER_PARAMS = ("tree_learner", "tree", "tree_type", "tree_learner_type")
+
+
+def lightgbm_seed_loop(config: Dict[str, Any],
+                       train_kwargs: Optional[Dict[str, Any]] = None) -> None:
+    """Build this worker's Dataset from its shard, join the network, and boost to
+    ``num_boost_round`` rounds in all (continuing a checkpointed model)."""
+    lightgbm = import_lightgbm()
+    from engine.lightgbm.callback import ReportCallback
+    from engine.lightgbm.checkpoint import LightGBMCheckpoint, load_booster
+    from engine.session import get_checkpoint, get_context, report
+
+    kwargs = dict(train_kwargs or {})
+    params = _params(config)
+    dtrain, valid_sets, valid_names, rows = _datasets(lightgbm, config["label_column"],
+                                                      config["eval_datasets"])
+    checkpoint = get_checkpoint()
+    init_model = load_booster(checkpoint) if checkpoint is not None else None
+    done = init_model.current_iteration() if init_model is not None else 0
+    todo = rounds_left(config["num_boost_round"], done)
+    extra = {"worker_train_rows": rows}
+    if todo == 0:
+        logger.warning("The model to resume from has %d rounds, num_boost_round=%d: "
+                       "nothing left to train.", done, config["num_boost_round"])
+        rank0 = get_context().get_world_rank() == 0
+        report(dict(extra, num_boosted_rounds=done),
+               checkpoint=LightGBMCheckpoint.from_model(init_model) if rank0 else None)
+        return
+    callback = ReportCallback(frequency=config["checkpoint_frequency"],
+                              checkpoint_at_end=config["checkpoint_at_end"],
+                              extra_metrics=extra)
+    callbacks = [callback, *(kwargs.pop("callbacks", None) or [])]
+    booster = lightgbm.train(params, dtrain, num_boost_round=todo, valid_sets=valid_sets,
+                             valid_names=valid_names, init_model=init_model,
+                             callbacks=callbacks, **kwargs)
+    callback.finish(booster)  # early stopping: the final model in one more report
+    if "machines" in params:
+        booster.free_network()  # close the listening port now, not at garbage collection
+
+
+def _params(config: Dict[str, Any]) -> Dict[str, Any]:
+    params = dict(config["params"])
+    network = get_network_params()
+    if network and any(alias in params for alias in TREE_LEARNER_PARAMS):
+        network.pop("tree_learner")  # the user's choice ("voting") stands
+    params.update(network)
+    if not any(k in params for k in THREAD_PARAMS):
+        params["num_threads"] = config["cpus_per_worker"]
+    return params
+
+
+def _datasets(lightgbm: Any, label: str, eval_names: List[str]
+              ) -> Tuple[Any, List[Any], List[str], int]:
+    """The training Dataset from this worker's shard, the eval sets (the training set
+    first, for ``train-*`` metrics, then each other dataset, binned like the training
+    set) with their names, and the number of training rows."""
+    x, y = read_shard(TRAIN_DATASET, label)
+    dtrain = lightgbm.Dataset(x, label=y, free_raw_data=True)
+    valid_sets, valid_names = [dtrain], [TRAIN_DATASET]
+    for name in eval_names:
+        xv, yv = read_shard(name, label)
+        valid_sets.append(lightgbm.Dataset(xv, label=yv, reference=dtrain))
+        valid_names.append(name)
+    return dtrain, valid_sets, valid_names, len(x)
