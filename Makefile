@@ -23,7 +23,7 @@ $(HOROVOD_STAMP): $(STAMP) scripts/install_horovod.sh
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m pipelines.digits
+	$(PY) -m flows.retrain
 
 test: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -177,6 +177,113 @@ def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val
             time.sleep(config["epoch_delay_s"])
 
 
+# --- the pipeline: ingested tables in, a checkpoint with a model card out -----------------
+# Digits is small (1.4k training rows): every worker reads the split's Parquet files and a
+# DistributedSampler (prepare_data_loader) gives it its share, as in ``train_func`` — no
+# Ray Data job per fit, which would cost more than the training. A pipeline over large
+# data passes ``datasets=`` to its trainer instead and reads get_dataset_shard() (see
+# pipelines/breast_cancer.py).
+def train_func_files(config: Dict[str, Any], data: Dict[str, Any], label_column: str,
+                     preprocessor: Any = None) -> None:
+    """``train_func`` on the Parquet tables ``tasks.core.split`` wrote: ``data`` maps
+    ``train``/``validation`` to ``(pyarrow filesystem, path)``; the features are every
+    column but ``label_column``, transformed by the fitted ``preprocessor``."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from engine.torch import enable_reproducibility, prepare_data_loader
+
+    if config.get("seed") is not None:
+        enable_reproducibility(config["seed"])
+    X, y = table_arrays(data["train"], label_column, preprocessor)
+    X_val, y_val = table_arrays(data["validation"], label_column, preprocessor)
+    train_ds = TensorDataset(X, y, torch.arange(len(X)))
+    loader = prepare_data_loader(DataLoader(train_ds, batch_size=config.get("batch_size", 32),
+                                            shuffle=True))
+
+    def epoch_batches(epoch: int):
+        set_epoch = getattr(loader, "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)  # the same shuffling sequence after a resume
+        return loader
+
+    _fit(config, epoch_batches, X_val, y_val)
+
+
+def read_table(source: Any) -> Any:
+    """A pandas DataFrame of ``(filesystem, path)``: a Parquet file or directory (files
+    starting with ``_`` or ``.`` skipped)."""
+    import pyarrow.dataset as pds
+
+    fs, path = source
+    return pds.dataset(path, filesystem=fs, format="parquet").to_table().to_pandas()
+
+
+def table_arrays(source: Any, label_column: str, preprocessor: Any = None):
+    """``(features float32 (n, k), labels int64 (n,))`` tensors of a table."""
+    import torch
+
+    df = read_table(source)
+    if label_column not in df.columns:
+        raise KeyError(f"The table has no label column {label_column!r} (columns: "
+                       f"{list(df.columns)}).")
+    if preprocessor is not None:
+        df = preprocessor.transform_batch(df)
+    features = df.drop(columns=[label_column]).to_numpy(dtype=np.float32)
+    return (torch.from_numpy(np.ascontiguousarray(features)),
+            torch.from_numpy(np.array(df[label_column], dtype=np.int64)))
+
+
+def make_trainer(config: Dict[str, Any], datasets: Dict[str, Any], scaling_config: Any,
+                 run_config: Any, metadata: Dict[str, Any]) -> Any:
+    """The pipeline's trainer: DDP on ``train_func_files``, pixels min-max scaled by a
+    preprocessor fitted here on ``train`` and saved with every checkpoint (so that
+    prediction applies it too)."""
+    import functools
+
+    from engine._internal.storage import resolve
+    from engine.preprocessors import MinMaxScaler
+    from engine.torch import TorchTrainer
+
+    if set(datasets) != {"train", "validation"}:
+        from engine.exceptions import ConfigError
+
+        raise ConfigError(f"The digits pipeline trains on datasets 'train' and "
+                          f"'validation' (split()'s output), got {sorted(datasets)}.")
+    label = metadata.get("label_column") or SPEC.label_column
+    sources = {k: resolve(v) for k, v in datasets.items()}  # filesystems travel along
+    train_df = read_table(sources["train"])
+    features = metadata.get("feature_columns") or [c for c in train_df if c != label]
+    scaler = MinMaxScaler(features).fit(train_df)
+    return TorchTrainer(
+        functools.partial(train_func_files, data=sources, label_column=label,
+                          preprocessor=scaler),
+        train_loop_config=dict(config), scaling_config=scaling_config,
+        run_config=run_config, preprocessor=scaler, metadata=metadata)
+
+
+def predictor_kwargs(config: Dict[str, Any]) -> Dict[str, Any]:
+    return {"model": build_model(int(config.get("hidden", 64)))}
+
+
+def _make_spec():
+    from pipelines import PipelineSpec
+
+    return PipelineSpec(
+        name="digits",
+        description="8x8 handwritten digits (scikit-learn), an MLP trained with DDP",
+        framework="torch", source="sklearn:digits", label_column="target",
+        task="classification", metric="accuracy", mode="max",
+        defaults={"lr": 3e-3, "hidden": 64, "batch_size": 32, "epochs": 15, "seed": 0},
+        param_space={"lr": {"grid_search": [1e-3, 5e-3]},
+                     "hidden": {"grid_search": [32, 64]}},
+        epochs_key="epochs", gate={"accuracy": ">=0.9"},
+        make_trainer=make_trainer, predictor_kwargs=predictor_kwargs)
+
+
+SPEC = _make_spec()
+
+
 def evaluate_checkpoint(checkpoint, hidden: int = 64) -> float:
     """Validation accuracy of the model in a checkpoint made by ``train_func``."""
     import torch

@@ -49,6 +49,13 @@ class RunRecord:
                     f"{data['version']}); upgrade trainyard to resume this run."
                 )
             self.data = data
+            if data.get("state") not in ("NEW", "FINISHED"):
+                # fit() again on a run that did not finish: a restore (kept once saved).
+                tracked = (data.get("checkpoints") or {}).get("checkpoints") or [{}]
+                latest = max(tracked, key=lambda t: t.get("index", -1))
+                data["restores"] = int(data.get("restores", 0)) + 1
+                data["last_restore"] = {"at": time.time(), "previous_state": data["state"],
+                                        "checkpoint": latest.get("dir_name")}
             self.history = list(data.get("history", []))
             self.worker_history = list(data.get("worker_history", []))
         self.trial_id = self.data["trial_id"]

@@ -1,0 +1,1 @@
+"""Prefect flows composed from ``tasks.prefect_tasks`` (deployment entrypoints)."""

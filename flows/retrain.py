@@ -1,0 +1,184 @@
+"""The retraining flow: ingest → split → tune → train the best config longer → evaluate
+→ promote (gated) → batch-predict with the production model → report.
+
+    python -m flows.retrain                        # digits, on a local Ray, Prefect's
+                                                   # ephemeral server: nothing to start
+    python -m flows.retrain --pipeline breast_cancer --storage s3://bucket/ty --workers 4
+
+As a deployment (``deploy/prefect.yaml``) it runs on a cron schedule on a process work
+pool. With ``RAY_ADDRESS`` set, training runs on that Ray cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from typing import Any, Dict, Iterator, Optional
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from tasks import core
+from tasks._store import storage_root
+from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
+                                 ingest_task, promote_task, report_task, split_task,
+                                 train_task, tune_task)
+from tasks.report import report_dir, summarize
+
+
+@flow(name="retrain", log_prints=True)
+def retrain(pipeline: str = "digits", source: Optional[str] = None,
+            storage: Optional[str] = None, num_workers: int = 2, test_size: float = 0.2,
+            seed: int = 0, param_space: Optional[Dict[str, Any]] = None,
+            tune_samples: int = 1, tune_epochs: int = 3,
+            train_epochs: Optional[int] = None,
+            train_config: Optional[Dict[str, Any]] = None,
+            gate: Optional[Dict[str, str]] = None,
+            alias: str = "production", scoring_source: Optional[str] = None,
+            max_failures: int = 0, task_retries: int = RETRIES,
+            retry_delay_s: float = RETRY_DELAY_S) -> Dict[str, Any]:
+    """Retrain a pipeline's model, promote it if it passes the gate, score with it.
+
+    Args:
+        pipeline: A registered pipeline (``digits``, ``breast_cancer``).
+        source: Data to train on (default: the pipeline's, e.g. ``sklearn:digits``).
+        storage: Storage root for data, runs, models, predictions and reports
+            (default ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``).
+        num_workers: Training workers (per tuning trial, too).
+        test_size, seed: The validation split.
+        param_space: The search (JSON form, see ``tasks.core.tune``); default the
+            pipeline's small grid.
+        tune_samples: Repeats of the grid.
+        tune_epochs: Epochs (boosting rounds) per trial.
+        train_epochs: Epochs of the final training (default: the pipeline's).
+        train_config: More hyperparameters of the final training (over the best ones).
+        gate: Promotion gate (default: the pipeline's, e.g. ``{"accuracy": ">=0.9"}``).
+        alias: The alias promoted and used for scoring.
+        scoring_source: Data to score (default: the validation split).
+        max_failures: Engine-level restarts before a task fails (0: Prefect retries).
+        task_retries, retry_delay_s: Prefect retries of each task.
+
+    Returns:
+        The summary (best config, validation metrics, promotion, where things are).
+    """
+    from pipelines import get_pipeline
+
+    spec = get_pipeline(pipeline)
+    storage = storage_root(storage)
+    retry = dict(retries=task_retries, retry_delay_seconds=retry_delay_s)
+    scaling = {"num_workers": num_workers}
+    with _quiet_ray_data():
+        data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
+        stratify = spec.label_column if spec.task == "classification" else None
+        splits = split_task.with_options(**retry)(data, test_size, seed, stratify)
+        tuned = tune_task.with_options(**retry)(
+            pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
+            scaling, {"storage": storage, "config": {spec.epochs_key: tune_epochs},
+                      "max_failures": max_failures, "num_to_keep": 1})
+        config = {**tuned.best_config, **(train_config or {}),
+                  spec.epochs_key: train_epochs or spec.defaults[spec.epochs_key]}
+        ckpt = train_task.with_options(**retry)(
+            pipeline, splits, scaling, {"storage": storage, "config": config,
+                                        "max_failures": max_failures})
+        metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"])
+        promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate)
+        production = core.resolve_alias(pipeline, alias, storage=storage)
+        predictions = None
+        if production is None:
+            print(f"No {alias!r} model for {pipeline!r} (the gate failed and none was "
+                  "promoted before): skipping batch prediction.")
+        else:
+            scoring = (ingest_task.with_options(**retry)(scoring_source, storage=storage)
+                       if scoring_source else splits["validation"])
+            predictions = batch_predict_task.with_options(**retry)(
+                production, scoring, num_workers=1)
+        summary = summarize(pipeline, ckpt, metrics, promotion, tuned, predictions,
+                            production, spec.epochs_key)
+        directory = report_dir(storage, pipeline, flow_run.id or "local")
+        summary["report"] = report_task.with_options(**retry)(directory, summary, ckpt,
+                                                              metrics, tuned)
+    print(format_summary(summary))
+    return summary
+
+
+@contextlib.contextmanager
+def _quiet_ray_data() -> Iterator[None]:
+    """No Ray Data progress bars in flow logs (they are redrawn lines meant for a TTY)."""
+    try:
+        import ray.data
+    except ImportError:
+        yield
+        return
+    ctx = ray.data.DataContext.get_current()
+    old = ctx.enable_progress_bars
+    ctx.enable_progress_bars = False
+    try:
+        yield
+    finally:
+        ctx.enable_progress_bars = old
+
+
+def format_summary(summary: Dict[str, Any]) -> str:
+    val = summary.get("validation", {})
+    shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in val.items())
+    key = summary.get("epochs_key", "epochs")
+    best = {k: v for k, v in summary["best_config"].items() if k != key}
+    rounds = (f" ({summary['trials']} trials of {summary['best_config'].get(key)} {key}; "
+              f"trained with {summary['trained_config'].get(key)} {key})")
+    return "\n".join([
+        f"== retrain {summary['pipeline']}: "
+        f"{'PROMOTED' if summary['promoted'] else 'not promoted'}",
+        f"best config:        {json.dumps(best, sort_keys=True)}{rounds}",
+        f"validation:         {shown}",
+        f"gate:               {'; '.join(summary['gate']) or 'none'}",
+        f"checkpoint:         {summary['checkpoint']}",
+        f"production model:   {summary['production']}",
+        f"predictions:        {summary['predictions']} ({summary['predicted_rows']} rows)",
+        f"report:             {summary.get('report')}",
+    ])
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", default="digits")
+    parser.add_argument("--source", default=None)
+    parser.add_argument("--storage", default=None)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tune-samples", type=int, default=1)
+    parser.add_argument("--tune-epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=None, help="final training epochs")
+    args = parser.parse_args(argv)
+    storage = os.path.abspath(args.storage) if args.storage and "://" not in args.storage \
+        else args.storage
+    with patient_ephemeral_server():
+        retrain(pipeline=args.pipeline, source=args.source, storage=storage,
+                num_workers=args.workers, tune_samples=args.tune_samples,
+                tune_epochs=args.tune_epochs, train_epochs=args.epochs)
+    return 0
+
+
+@contextlib.contextmanager
+def patient_ephemeral_server(timeout_s: int = 120) -> Iterator[None]:
+    """Settings for Prefect's ephemeral server (started when no ``PREFECT_API_URL`` is
+    set): more than its default 20 s to start (a busy 2-core machine needs it), and no
+    telemetry (it logs an error on a machine without internet access). Settings given in
+    the environment win."""
+    from prefect.settings import (PREFECT_SERVER_ANALYTICS_ENABLED,
+                                  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+                                  temporary_settings)
+
+    updates = {setting: value for setting, value in (
+        (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, timeout_s),
+        (PREFECT_SERVER_ANALYTICS_ENABLED, False)) if setting.name not in os.environ}
+    with temporary_settings(updates=updates):
+        yield
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    sys.exit(main())

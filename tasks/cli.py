@@ -1,0 +1,199 @@
+"""``trainyard``: ad-hoc pipeline runs and a look at what storage holds.
+
+    trainyard pipelines                         registered pipelines
+    trainyard run digits --workers 2 --epochs 5 ingest → split → train → evaluate
+    trainyard run digits --name nightly         the same name resumes that run
+    trainyard runs                              runs in storage: state, best metric
+    trainyard show digits-train-...             one run: config, checkpoints, metrics
+
+``--storage`` (default ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``) may be a
+local path or ``s3://bucket/prefix``. ``--json`` prints machine-readable output.
+Scheduled retraining with promotion is the Prefect flow: ``python -m flows.retrain``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from engine.exceptions import TrainyardError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainyard", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--storage", default=None,
+                        help="storage root (default $TRAINYARD_STORAGE_PATH or "
+                             "~/trainyard_results)")
+    common.add_argument("--json", action="store_true", help="print JSON")
+
+    run = sub.add_parser("run", parents=[common], help="train a pipeline now")
+    run.add_argument("pipeline", help="a registered pipeline (see `trainyard pipelines`)")
+    run.add_argument("--workers", type=int, default=2, help="training workers (default 2)")
+    run.add_argument("--epochs", type=int, default=None,
+                     help="epochs / boosting rounds (default: the pipeline's)")
+    run.add_argument("--source", default=None, help="data (default: the pipeline's)")
+    run.add_argument("--name", default=None, help="run name; an existing one resumes")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a hyperparameter (JSON value), e.g. --set lr=0.01")
+    run.add_argument("--test-size", type=float, default=0.2)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--max-failures", type=int, default=0,
+                     help="worker-group restarts before the run fails (default 0)")
+
+    sub.add_parser("runs", parents=[common], help="list runs in storage")
+    show = sub.add_parser("show", parents=[common], help="details of one run")
+    show.add_argument("run", help="run name (as `trainyard runs` lists it)")
+    sub.add_parser("pipelines", parents=[common], help="list registered pipelines")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``trainyard`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.storage and "://" not in args.storage:
+        args.storage = os.path.abspath(os.path.expanduser(args.storage))
+    try:
+        return {"run": _run, "runs": _runs, "show": _show,
+                "pipelines": _pipelines}[args.command](args)
+    except (TrainyardError, LookupError, ValueError) as exc:
+        print(f"trainyard {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipelines import get_pipeline
+    from tasks import core
+
+    spec = get_pipeline(args.pipeline)
+    config = _overrides(args.set)
+    if args.epochs is not None:
+        config[spec.epochs_key] = args.epochs
+    data = core.ingest(args.source or spec.source, storage=args.storage)
+    stratify = spec.label_column if spec.task == "classification" else None
+    splits = core.split(data, args.test_size, args.seed, stratify)
+    name = args.name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    ckpt = core.train(spec.name, splits, {"num_workers": args.workers},
+                      {"name": name, "storage": args.storage, "config": config,
+                       "max_failures": args.max_failures, "verbose": 0 if args.json else 1})
+    metrics = core.evaluate(ckpt, splits["validation"])
+    out = {"run": ckpt.run_name, "run_dir": ckpt.run_uri, "checkpoint": ckpt.uri,
+           "config": ckpt.config, "validation": _scalars(metrics),
+           "confusion_matrix": metrics.get("confusion_matrix_path")}
+    if args.json:
+        print(json.dumps(out, indent=1, sort_keys=True))
+        return 0
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in out["validation"].items()
+                      if isinstance(v, float))
+    print(f"run:        {out['run']}  ({out['run_dir']})")
+    print(f"checkpoint: {out['checkpoint']}")
+    print(f"validation: {shown}")
+    if out["confusion_matrix"]:
+        print(f"confusion matrix: {out['confusion_matrix']}")
+    return 0
+
+
+def _overrides(items: List[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. --set lr=0.01")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _scalars(metrics: Dict[str, Any]) -> Dict[str, Any]:
+    keys = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss", "rmse", "mae",
+            "r2", "num_rows")
+    return {k: metrics[k] for k in keys if metrics.get(k) is not None}
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from tasks.runs import list_runs
+
+    runs = list_runs(args.storage)
+    if args.json:
+        print(json.dumps(runs, indent=1, sort_keys=True))
+        return 0
+    if not runs:
+        print("No runs in this storage (try --storage).")
+        return 0
+    rows = [["NAME", "KIND", "STATE", "ITER", "BEST", "RESTORES", "UPDATED"]]
+    for r in runs:
+        best = "-" if r["best"] is None else f"{r['metric']} {r['best']:.4g}"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["updated_at"])) \
+            if r.get("updated_at") else "-"
+        rows.append([r["name"], r["kind"], str(r["state"]), str(r["iterations"]), best,
+                     str(r["restores"]), when])
+    _table(rows)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from tasks.runs import show_run
+
+    run = show_run(args.run, args.storage)
+    if args.json:
+        print(json.dumps(run, indent=1, sort_keys=True, default=str))
+        return 0
+    for key in ("name", "kind", "path", "state", "trainer", "iterations", "failures",
+                "restores"):
+        print(f"{key + ':':12}{run.get(key)}")
+    if run.get("best") is not None:
+        print(f"{'best:':12}{run['metric']} {run['best']:.6g} ({run['mode']})")
+    for key in ("config", "last_metrics", "last_restore"):
+        if run.get(key):
+            print(f"{key + ':':12}{json.dumps(run[key], sort_keys=True, default=str)}")
+    for ckpt in run.get("checkpoints") or []:
+        print(f"  {ckpt['dir']}  iteration {ckpt['iteration']}  "
+              + " ".join(f"{k}={_fmt(v)}" for k, v in ckpt.items()
+                         if k not in ("dir", "iteration")))
+    if run.get("trials"):
+        cols = list(run["trials"][0])
+        _table([cols] + [[_fmt(t.get(c)) for c in cols] for t in run["trials"]])
+    if run.get("error"):
+        print("error:\n" + run["error"])
+    return 0
+
+
+def _pipelines(args: argparse.Namespace) -> int:
+    from pipelines import get_pipeline, list_pipelines
+
+    specs = [get_pipeline(n) for n in list_pipelines()]
+    if args.json:
+        print(json.dumps([{"name": s.name, "framework": s.framework, "source": s.source,
+                           "metric": s.metric, "description": s.description}
+                          for s in specs], indent=1))
+        return 0
+    _table([["NAME", "FRAMEWORK", "SOURCE", "METRIC", "DESCRIPTION"]]
+           + [[s.name, s.framework, s.source, f"{s.metric} ({s.mode})", s.description]
+              for s in specs])
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={_fmt(v)}" for k, v in value.items())
+    return "-" if value is None else str(value)
+
+
+def _table(rows: List[List[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Prefect 3 tasks: the steps of ``tasks.core`` with retries, JSON results and artifacts.
+
+    from prefect import flow
+    from tasks.prefect_tasks import ingest_task, split_task, train_task
+
+    @flow
+    def my_flow():
+        data = ingest_task("sklearn:digits")
+        splits = split_task(data, 0.2, 0, "target")
+        return train_task("digits", splits, {"num_workers": 2})
+
+Each task returns a reference (``tasks.refs``) persisted with Prefect's JSON serializer,
+so results stay small and readable and survive a restart of the flow run. ``train`` and
+``tune`` name their engine run ``run_name_for(<flow run id>, <task name>)`` unless
+``run["name"]`` is given: a retried task (or a retried flow run) resumes that run from
+its latest committed checkpoint. Errors a retry cannot fix (bad configuration, unknown
+pipeline, malformed references) fail the task at once; other errors are retried.
+
+Only wrapping lives here; every step's logic is in ``tasks.core``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+from prefect import task
+from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
+                               create_table_artifact)
+
+from engine.exceptions import ConfigError
+from pipelines import UnknownPipelineError
+from tasks import core
+from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
+
+#: Task retries and the pause before each (tasks resume, so a retry is cheap).
+RETRIES = 2
+RETRY_DELAY_S = 10.0
+_NOT_RETRIED = (ConfigError, RefError, UnknownPipelineError, ImportError, TypeError)
+
+
+def retry_unless_config_error(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn``: retry anything but errors in the inputs."""
+    exc = state.data if isinstance(state.data, BaseException) else None
+    if exc is None:
+        try:
+            exc = state.result(raise_on_failure=False)
+        except Exception:  # an unreadable result: let the retry policy decide
+            return True
+    return not isinstance(exc, _NOT_RETRIED)
+
+
+_TASK_OPTIONS: Dict[str, Any] = dict(
+    retries=RETRIES, retry_delay_seconds=RETRY_DELAY_S,
+    retry_condition_fn=retry_unless_config_error,
+    persist_result=True, result_serializer="json")
+
+
+# --- helpers ----------------------------------------------------------------------------
+def _key(*parts: str) -> str:
+    """A Prefect artifact key: lower-case letters, digits and dashes."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", "-".join(parts).lower())).strip("-")
+
+
+def _link(uri: str) -> str:
+    return uri if "://" in uri else f"file://{uri}"
+
+
+def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str) -> Dict[str, Any]:
+    """``run`` with a name derived from the flow run and this task, unless it has one."""
+    from prefect.runtime import flow_run, task_run
+
+    out = dict(run or {})
+    if not out.get("name"):
+        run_id = flow_run.id
+        if run_id:
+            out["name"] = core.run_name_for(run_id, task_run.task_name or "train",
+                                            prefix=pipeline)
+    return out
+
+
+def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    return [{"metric": k, "value": v} for k, v in sorted(metrics.items())
+            if isinstance(v, (int, float, str, bool)) or v is None]
+
+
+# --- tasks ------------------------------------------------------------------------------
+@task(name="ingest", **_TASK_OPTIONS)
+def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
+                name: Optional[str] = None) -> DatasetRef:
+    """``tasks.core.ingest`` (a table artifact describes the data set)."""
+    ref = core.ingest(source, format, storage=storage, name=name)
+    create_table_artifact(
+        key=_key("dataset", ref.name), description=f"Ingested `{source}`",
+        table=[{"name": ref.name, "rows": ref.num_rows, "columns": len(ref.schema),
+                "fingerprint": ref.fingerprint[:16], "uri": ref.uri}])
+    return ref
+
+
+@task(name="split", **_TASK_OPTIONS)
+def split_task(dataset: DatasetRef, test_size: float = 0.2, seed: int = 0,
+               stratify_column: Optional[str] = None) -> Dict[str, DatasetRef]:
+    """``tasks.core.split``."""
+    out = core.split(dataset, test_size, seed, stratify_column)
+    create_table_artifact(
+        key=_key("split", out["train"].name), description="Train/validation split",
+        table=[{"part": k, "rows": v.num_rows, "fingerprint": v.fingerprint[:16],
+                "uri": v.uri} for k, v in out.items()])
+    return out
+
+
+@task(name="train", **_TASK_OPTIONS)
+def train_task(pipeline: str, datasets: Dict[str, DatasetRef],
+               scaling: Optional[Dict[str, Any]] = None,
+               run: Optional[Dict[str, Any]] = None) -> CheckpointRef:
+    """``tasks.core.train``, resuming ``run_name_for(flow run, task)`` on a retry;
+    artifacts: the metrics table and a link to the checkpoint."""
+    ref = core.train(pipeline, datasets, scaling, _run_settings(run, pipeline))
+    _checkpoint_artifacts(ref, "train")
+    return ref
+
+
+@task(name="tune", **_TASK_OPTIONS)
+def tune_task(pipeline: str, datasets: Dict[str, DatasetRef],
+              param_space: Optional[Dict[str, Any]] = None,
+              tune_config: Optional[Dict[str, Any]] = None,
+              scaling: Optional[Dict[str, Any]] = None,
+              run: Optional[Dict[str, Any]] = None) -> TuneRef:
+    """``tasks.core.tune``; artifacts: the trials table, the best checkpoint."""
+    ref = core.tune(pipeline, datasets, param_space, tune_config, scaling=scaling,
+                    run=_run_settings(run, pipeline))
+    create_table_artifact(
+        key=_key(pipeline, "tune-trials"), table=ref.trials,
+        description=f"Trials of `{ref.experiment_uri}` ({ref.metric}, {ref.mode}); "
+                    f"best config: `{ref.best_config}`")
+    _checkpoint_artifacts(ref.best, "tune-best")
+    return ref
+
+
+def _checkpoint_artifacts(ref: CheckpointRef, step: str) -> None:
+    pipeline = ref.pipeline or ref.framework
+    create_table_artifact(key=_key(pipeline, step, "metrics"),
+                          table=_metrics_table(ref.metrics),
+                          description=f"Metrics of run `{ref.run_name}`")
+    create_link_artifact(key=_key(pipeline, step, "checkpoint"), link=_link(ref.uri),
+                         link_text=ref.uri, description=f"Checkpoint of run `{ref.run_name}`")
+
+
+@task(name="evaluate", **_TASK_OPTIONS)
+def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef) -> Dict[str, Any]:
+    """``tasks.core.evaluate``; artifacts: the metrics table, the confusion matrix."""
+    metrics = core.evaluate(checkpoint, dataset)
+    pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
+    create_table_artifact(key=_key(pipeline, "evaluation"), table=_metrics_table(metrics),
+                          description=f"Evaluation on `{DatasetRef.from_dict(dataset).uri}`")
+    if metrics.get("confusion_matrix_path"):
+        create_link_artifact(key=_key(pipeline, "confusion-matrix"),
+                             link=_link(metrics["confusion_matrix_path"]),
+                             link_text="confusion_matrix.png")
+    return metrics
+
+
+@task(name="promote", **_TASK_OPTIONS)
+def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
+                 alias: str = "production", gate: Optional[Dict[str, str]] = None,
+                 registry: Optional[str] = None) -> Promotion:
+    """``tasks.core.promote``; a Markdown artifact records the decision."""
+    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry)
+    lines = [f"**{'Promoted' if decision.promoted else 'Not promoted'}** "
+             f"`{decision.checkpoint.uri}` as `{decision.pipeline}/{alias}`.", ""]
+    lines += [f"- {r}" for r in decision.reasons] or ["- no gate"]
+    if not decision.promoted:
+        prev = decision.previous.uri if decision.previous else "nothing (never set)"
+        lines += ["", f"`{alias}` still points at {prev}."]
+    create_markdown_artifact(key=_key(decision.pipeline, alias, "promotion"),
+                             markdown="\n".join(lines))
+    return decision
+
+
+@task(name="batch_predict", **_TASK_OPTIONS)
+def batch_predict_task(checkpoint: CheckpointRef, dataset: DatasetRef,
+                       output: Optional[str] = None, num_workers: int = 1,
+                       keep_columns: Optional[List[str]] = None) -> DatasetRef:
+    """``tasks.core.batch_predict``; artifacts: a table and a link to the output."""
+    ref = core.batch_predict(checkpoint, dataset, output, num_workers=num_workers,
+                             keep_columns=keep_columns)
+    pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
+    create_table_artifact(key=_key(pipeline, "predictions"),
+                          table=[{"rows": ref.num_rows, "columns": ", ".join(ref.schema),
+                                  "uri": ref.uri}],
+                          description=f"Scored with `{CheckpointRef.from_dict(checkpoint).uri}`")
+    create_link_artifact(key=_key(pipeline, "predictions-uri"), link=_link(ref.uri),
+                         link_text=ref.uri)
+    return ref
+
+
+@task(name="report", **_TASK_OPTIONS)
+def report_task(directory: str, summary: Dict[str, Any], checkpoint: CheckpointRef,
+                metrics: Dict[str, Any], tuned: Optional[TuneRef] = None) -> str:
+    """``tasks.report.write_report``; the report is also a Markdown artifact."""
+    from tasks import report
+
+    uri = report.write_report(directory, summary, checkpoint, metrics, tuned)
+    create_markdown_artifact(
+        key=_key(str(summary.get("pipeline", "model")), "run-report"),
+        markdown=f"Report: `{uri}`\n\n```json\n{_json(summary)}\n```")
+    return uri
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, indent=1, sort_keys=True, default=str)
+
+
+__all__ = ["report_task", "ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+           "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
+           "RETRY_DELAY_S"]

@@ -1,0 +1,293 @@
+"""The Prefect flows on a real Prefect API (the test harness's local server, SQLite), and
+the deployments on a real ``prefect server`` and process worker on loopback."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_EPOCHS = 5
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """One Prefect test harness for the session; persisted results in a temp dir."""
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    results = tmp_path_factory.mktemp("prefect_results")
+    with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(results)}):
+        with prefect_test_harness(server_startup_timeout=180):
+            yield results
+
+
+class KillTrainWorkerOnce(threading.Thread):
+    """SIGKILLs the rank-0 worker process of the flow's ``train`` run once its
+    ``result.json`` shows ``at_iteration`` reports (an outside fault, like the OOM
+    killer: nothing in the code under test knows about it)."""
+
+    def __init__(self, runs_dir: str, at_iteration: int = 2) -> None:
+        super().__init__(daemon=True)
+        self.runs_dir, self.at_iteration = runs_dir, at_iteration
+        self.killed_pid = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for path in glob.glob(os.path.join(self.runs_dir, "digits-train-*",
+                                               "result.json")):
+                rows = []
+                for line in open(path):
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        break  # a line being written
+                if rows and rows[-1]["training_iteration"] >= self.at_iteration:
+                    self.killed_pid = rows[-1]["pid"]
+                    os.kill(self.killed_pid, signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def retrain_run(ray_session, prefect_api, tmp_path_factory):
+    """The retrain flow on the digits pipeline, with a training worker SIGKILLed once."""
+    from flows.retrain import retrain
+
+    storage = str(tmp_path_factory.mktemp("flow_storage"))
+    killer = KillTrainWorkerOnce(os.path.join(storage, "runs"))
+    killer.start()
+    try:
+        state = retrain(pipeline="digits", storage=storage, num_workers=2, tune_epochs=1,
+                        param_space={"lr": {"grid_search": [3e-3, 1e-2]}},
+                        train_epochs=TRAIN_EPOCHS, train_config={"epoch_delay_s": 1.0},
+                        gate={"accuracy": ">=0.5"}, retry_delay_s=1, return_state=True)
+    finally:
+        killer.done.set()
+    return state, storage, killer
+
+
+def _task_runs(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return {r.name.rsplit("-", 1)[0]: r for r in runs}  # task run names: <task>-<suffix>
+
+
+def test_retrain_flow_completes_and_a_killed_train_task_resumes(retrain_run):
+    state, storage, killer = retrain_run
+    assert state.is_completed(), state
+    summary = state.result()
+    assert killer.killed_pid is not None, "the train run never reached its 2nd epoch"
+    runs = _task_runs(state.state_details.flow_run_id)
+    assert set(runs) >= {"ingest", "split", "tune", "train", "evaluate", "promote",
+                         "batch_predict", "report"}
+    train = runs["train"]
+    assert train.state.is_completed() and train.run_count == 2  # failed once, retried
+    # The retry resumed the same engine run from its latest checkpoint.
+    run_dir = os.path.dirname(summary["checkpoint"])
+    record = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert record["state"] == "FINISHED" and record["restores"] == 1
+    assert record["last_restore"]["previous_state"] == "ERRORED"
+    assert record["last_restore"]["checkpoint"].startswith("checkpoint_")
+    epochs = [row["epoch"] for row in record["history"]]
+    assert epochs == list(range(TRAIN_EPOCHS))  # every epoch once: no fresh start
+    last = record["history"][-1]
+    assert last["iterations_since_restore"] < last["training_iteration"] == TRAIN_EPOCHS
+    assert summary["final_epoch_metrics"]["epoch"] == TRAIN_EPOCHS - 1
+
+
+def test_retrain_flow_promotes_scores_and_writes_the_report(retrain_run):
+    state, storage, _ = retrain_run
+    summary = state.result()
+    assert summary["promoted"] and summary["validation"]["accuracy"] >= 0.5
+    assert summary["best_config"]["lr"] in (3e-3, 1e-2) and summary["trials"] == 2
+    assert summary["best_config"]["epochs"] == 1  # the tuned config; trained longer after
+    pointer = json.load(open(os.path.join(storage, "models", "digits", "production.json")))
+    assert pointer["checkpoint"]["uri"] == summary["checkpoint"] == summary["production"]
+    assert summary["predicted_rows"] == summary["validation"]["num_rows"]
+    assert glob.glob(os.path.join(summary["predictions"], "*.parquet"))
+    report_dir = os.path.dirname(summary["report"])
+    text = open(summary["report"]).read()
+    assert "![learning curve](learning_curve.png)" in text
+    assert "![confusion matrix](confusion_matrix.png)" in text and "accuracy" in text
+    for png in ("learning_curve.png", "confusion_matrix.png"):
+        with open(os.path.join(report_dir, png), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tasks_write_artifacts(retrain_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    state, _, _ = retrain_run
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    by_key = {a.key: a for a in artifacts}
+    assert by_key["digits-tune-trials"].type == "table"
+    trials = json.loads(by_key["digits-tune-trials"].data) \
+        if isinstance(by_key["digits-tune-trials"].data, str) \
+        else by_key["digits-tune-trials"].data
+    assert len(trials) == 2 and {"config/lr", "accuracy"} <= set(trials[0])
+    assert by_key["digits-train-metrics"].type == "table"
+    assert by_key["digits-train-checkpoint"].type == "markdown"  # link artifacts
+    assert state.result()["checkpoint"] in by_key["digits-train-checkpoint"].data
+    assert by_key["digits-evaluation"].type == "table"
+    assert "Promoted" in by_key["digits-production-promotion"].data
+
+
+def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
+    from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
+
+    state, _, _ = retrain_run
+    summary = state.result()
+    runs = _task_runs(state.state_details.flow_run_id)
+    # Read back through the API and the result store (not the in-memory values).
+    ingested = runs["ingest"].state.result()
+    splits = runs["split"].state.result()
+    tuned = runs["tune"].state.result()
+    trained = runs["train"].state.result()
+    promotion = runs["promote"].state.result()
+    assert isinstance(ingested, DatasetRef) and ingested.num_rows == 1797
+    assert isinstance(splits["validation"], DatasetRef)
+    assert splits["validation"].num_rows == summary["validation"]["num_rows"]
+    assert isinstance(tuned, TuneRef) and isinstance(tuned.best, CheckpointRef)
+    assert len(tuned.trials) == 2
+    assert isinstance(trained, CheckpointRef) and trained.uri == summary["checkpoint"]
+    assert isinstance(promotion, Promotion) and promotion.checkpoint == trained
+    # Persisted as JSON: readable without unpickling anything.
+    stored = [open(p).read() for p in glob.glob(os.path.join(str(prefect_api), "*"))]
+    assert any("tasks.refs.CheckpointRef" in text and trained.uri in text
+               for text in stored)
+
+
+def test_batch_predict_flow_scores_with_the_production_model(retrain_run):
+    from flows.batch_predict import batch_predict
+
+    _, storage, _ = retrain_run
+    out = batch_predict(pipeline="digits", storage=storage, source="sklearn:digits")
+    production = json.load(open(os.path.join(storage, "models", "digits",
+                                              "production.json")))
+    assert out["model"] == production["checkpoint"]["uri"]
+    assert out["predictions"]["num_rows"] == 1797
+    assert "predicted_label" in out["predictions"]["schema"]
+
+
+def test_batch_predict_flow_without_a_production_model_says_what_to_do(prefect_api,
+                                                                       tmp_path):
+    from flows.batch_predict import NoModelError, batch_predict
+
+    with pytest.raises(NoModelError, match="run the retrain flow first"):
+        batch_predict(pipeline="digits", storage=str(tmp_path))
+
+
+# --- deployments on a real server and worker ---------------------------------------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prefect(*args: str, env: dict, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "prefect", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "prefect server exited during start-up"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"prefect server not healthy at {url} after {timeout} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_retrain_deployment_runs_on_a_process_worker(ray_session, tmp_path):
+    import ray
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    storage = tmp_path / "storage"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect_home"), PREFECT_API_URL=api,
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
+               # The flow run joins this session's Ray instead of starting its own.
+               RAY_ADDRESS=ray.get_runtime_context().gcs_address,
+               TRAINYARD_STORAGE_PATH=str(storage),
+               PYTHONPATH=os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+         "--port", str(port)], env=env, cwd=tmp_path,
+        stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        _wait_healthy(f"{api}/health", server, 120)
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            with get_client(sync_client=True) as client:
+                client.create_work_pool(WorkPoolCreate(name="trainyard-process",
+                                                       type="process"))
+            _prefect("--no-prompt", "deploy", "--all", "--prefect-file",
+                     "deploy/prefect.yaml", env=env)
+            with get_client(sync_client=True) as client:
+                retrain = client.read_deployment_by_name("retrain/retrain-digits")
+                client.read_deployment_by_name("batch-predict/batch-predict-digits")
+            assert [s.schedule.cron for s in retrain.schedules] == ["0 3 * * 1"]
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "worker", "start", "--pool",
+                 "trainyard-process"], env=env, cwd=tmp_path,
+                stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+            flow_run = run_deployment(
+                "retrain/retrain-digits", timeout=400,
+                parameters={"tune_epochs": 1, "train_epochs": 2,
+                            "param_space": {"lr": {"grid_search": [0.005]}},
+                            "gate": {"accuracy": ">=0.3"}})
+        worker_log = (logs / "worker.log").read_text()
+        assert flow_run.state is not None and flow_run.state.is_completed(), \
+            f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
+        pointer = storage / "models" / "digits" / "production.json"
+        assert json.loads(pointer.read_text())["decision"] == "promoted"
+        assert glob.glob(str(storage / "reports" / "digits-*" / "report.md"))
+    finally:
+        for proc in (worker, server):
+            if proc is not None:
+                _stop(proc)
