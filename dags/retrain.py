@@ -1,0 +1,126 @@
+"""Scheduled retraining, one DAG per pipeline: ``retrain_<pipeline>``.
+
+    plan → ingest → split → tune → final_config → train → evaluate → promote
+
+``plan`` reads the DAG run's params and the pipeline's defaults; ``tune`` searches the
+pipeline's small grid for a few epochs; ``final_config`` takes the best config and the
+full epoch count; ``train`` trains it (a retry resumes the run from its latest
+checkpoint); ``promote`` points the ``production`` alias at the checkpoint if its
+validation metrics pass the gate, and only then emits an event on the model's asset
+(``trainyard://models/<pipeline>/production``), which schedules
+``batch_predict_<pipeline>`` (dags/batch_predict.py). A failed gate skips ``promote``.
+
+Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC), no catch-up,
+one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (default ``digits``).
+Storage: the ``storage`` param, else ``$TRAINYARD_STORAGE_PATH`` (``s3://…`` on a cluster).
+Training runs on the Ray cluster at ``$RAY_ADDRESS``, or on a local Ray.
+
+Parsing this file imports Airflow's task SDK and trainyard's small reference modules
+only; Ray, torch and the rest load inside the task bodies.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Dict
+
+from airflow.sdk import DAG, Param, dag, get_current_context, task
+
+from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
+                                 model_asset, promote_task, retrain_schedule, split_task,
+                                 train_task, tune_task)
+
+PARAMS = {
+    "storage": Param(None, type=["null", "string"],
+                     description="Storage root (local path or s3:// URI); default "
+                                 "$TRAINYARD_STORAGE_PATH or ~/trainyard_results."),
+    "source": Param(None, type=["null", "string"],
+                    description="Data to train on; default the pipeline's."),
+    "num_workers": Param(2, type="integer", minimum=1,
+                         description="Training workers (per tuning trial, too)."),
+    "test_size": Param(0.2, type="number", exclusiveMinimum=0, exclusiveMaximum=1),
+    "seed": Param(0, type="integer"),
+    "param_space": Param(None, type=["null", "object"],
+                         description='Search space, e.g. {"lr": {"grid_search": [0.001, '
+                                     '0.005]}}; default the pipeline\'s.'),
+    "tune_samples": Param(1, type="integer", minimum=1, description="Repeats of the grid."),
+    "tune_epochs": Param(3, type="integer", minimum=1,
+                         description="Epochs (boosting rounds) per tuning trial."),
+    "train_epochs": Param(None, type=["null", "integer"], minimum=1,
+                          description="Epochs of the final training; default the "
+                                      "pipeline's."),
+    "train_config": Param({}, type="object",
+                          description="More hyperparameters of the final training."),
+    "gate": Param(None, type=["null", "object"],
+                  description='Promotion gate, e.g. {"accuracy": ">=0.9"}; default the '
+                              'pipeline\'s.'),
+    "max_failures": Param(0, type="integer", minimum=-1,
+                          description="Engine restarts inside a task (0: Airflow retries "
+                                      "the task, which resumes)."),
+}
+
+
+@task(task_id="plan", multiple_outputs=True)
+def plan(pipeline: str) -> Dict[str, Any]:
+    """The run's settings: params over the pipeline's defaults, as JSON."""
+    from pipelines import get_pipeline
+    from tasks._store import storage_root
+
+    p = get_current_context()["params"]
+    spec = get_pipeline(pipeline)
+    storage = storage_root(p["storage"])
+    return {
+        "storage": storage,
+        "source": p["source"] or spec.source,
+        "test_size": p["test_size"], "seed": p["seed"],
+        "stratify_column": spec.label_column if spec.task == "classification" else None,
+        "scaling": {"num_workers": p["num_workers"]},
+        "param_space": p["param_space"],
+        "tune_config": {"num_samples": p["tune_samples"], "seed": p["seed"]},
+        "tune_run": {"storage": storage, "config": {spec.epochs_key: p["tune_epochs"]},
+                     "max_failures": p["max_failures"], "num_to_keep": 1},
+        "train_run": {"storage": storage, "config": dict(p["train_config"] or {}),
+                      "max_failures": p["max_failures"]},
+        "train_epochs": p["train_epochs"] or spec.defaults[spec.epochs_key],
+        "epochs_key": spec.epochs_key,
+        "gate": p["gate"],
+    }
+
+
+@task(task_id="final_config")
+def final_config(train_run: Dict[str, Any], tuned: Dict[str, Any], epochs_key: str,
+                 train_epochs: int) -> Dict[str, Any]:
+    """The final training's ``run``: the best tuned config, the extra hyperparameters
+    over it, and the full epoch count."""
+    config = {**tuned["best_config"], **train_run["config"], epochs_key: train_epochs}
+    return {**train_run, "config": config}
+
+
+def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
+    """The ``retrain_<pipeline>`` DAG."""
+
+    @dag(dag_id=f"retrain_{pipeline}", schedule=retrain_schedule(),
+         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+         max_active_runs=1, params=PARAMS, tags=["trainyard", "retrain", pipeline],
+         doc_md=__doc__,
+         description=f"Retrain {pipeline}, promote it to {alias} if it passes the gate.")
+    def retrain() -> None:
+        settings = plan(pipeline)
+        data = ingest_task(settings["source"], storage=settings["storage"])
+        splits = split_task(data, settings["test_size"], settings["seed"],
+                            settings["stratify_column"])
+        tuned = tune_task(pipeline, splits, settings["param_space"],
+                          settings["tune_config"], scaling=settings["scaling"],
+                          run=settings["tune_run"])
+        run = final_config(settings["train_run"], tuned, settings["epochs_key"],
+                           settings["train_epochs"])
+        checkpoint = train_task(pipeline, splits, settings["scaling"], run)
+        metrics = evaluate_task(checkpoint, splits["validation"])
+        promote_task.override(outlets=[model_asset(pipeline, alias)])(
+            checkpoint, metrics, alias, settings["gate"])
+
+    return retrain()
+
+
+for _pipeline in dag_pipelines():
+    globals()[f"retrain_{_pipeline}"] = build_retrain_dag(_pipeline)

@@ -1,0 +1,248 @@
+"""Airflow 3 TaskFlow tasks: the steps of ``tasks.core``, references through XCom as JSON.
+
+    from airflow.sdk import dag
+    from tasks.airflow_tasks import ingest_task, split_task, train_task
+
+    @dag(schedule=None)
+    def my_dag():
+        data = ingest_task("sklearn:digits")
+        splits = split_task(data, 0.2, 0, "target")
+        train_task("digits", splits, {"num_workers": 2})
+
+Each task returns a reference (``tasks.refs``) as a plain JSON dict, so XCom holds URIs
+and metadata only (never a data set or a model) and reads back without Airflow's
+deserialization allow-list. ``train`` and ``tune`` name their engine run
+``run_name_for(<DAG run id>, <task id>, prefix=<DAG id>)`` unless ``run["name"]`` is
+given: a retried task resumes that run from its latest committed checkpoint.
+
+Errors a retry cannot fix (bad configuration, unknown pipeline, malformed references)
+fail the task at once (``AirflowFailException``); others are retried ``RETRIES`` times,
+``retry_delay`` being Airflow's (``[core] default_task_retry_delay``, or the DAG's
+``default_args``).
+
+``promote_task`` emits an asset event for its outlets (the model's :func:`model_asset`)
+only when the gate passes: a rejected candidate ends the task as *skipped*, and DAGs
+scheduled on the asset do not run.
+
+Importing this module imports Airflow's task SDK and nothing heavy: ``tasks.core``,
+Ray and the frameworks are imported inside the task bodies, so DAG files parse fast.
+Only wrapping lives here; every step's logic is in ``tasks.core``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+from airflow.sdk import Asset, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+logger = logging.getLogger("tasks.airflow")
+
+#: Task retries (a retried ``train`` or ``tune`` resumes, so a retry is cheap).
+RETRIES = 2
+#: The alias the retrain DAGs promote and the batch-predict DAGs score with.
+DEFAULT_ALIAS = "production"
+#: Which pipelines get a retrain and a batch-predict DAG (comma-separated names).
+PIPELINES_ENV_VAR = "TRAINYARD_AIRFLOW_PIPELINES"
+DEFAULT_PIPELINES = "digits"
+#: The retrain DAGs' cron schedule.
+SCHEDULE_ENV_VAR = "TRAINYARD_RETRAIN_SCHEDULE"
+DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
+ASSET_URI_SCHEME = "trainyard"
+
+
+# --- DAG-file helpers (cheap: called at parse time) -------------------------------------
+def model_asset(pipeline: str, alias: str = DEFAULT_ALIAS) -> Asset:
+    """The Airflow asset of a pipeline's aliased model: ``trainyard://models/<pipeline>/
+    <alias>``. ``promote_task`` lists it as an outlet; DAGs scheduled on it run after
+    each successful promotion."""
+    return Asset(name=f"trainyard-model-{pipeline}-{alias}",
+                 uri=f"{ASSET_URI_SCHEME}://models/{pipeline}/{alias}", group="model")
+
+
+def dag_pipelines() -> List[str]:
+    """The pipelines to build DAGs for: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated,
+    default ``digits``), checked against the pipeline registry.
+
+    Raises:
+        ValueError: a name the registry does not know (the DAG file's import error then
+            says which names exist).
+    """
+    from pipelines import list_pipelines  # the registry only: no pipeline module loads
+
+    names = [p.strip() for p in os.environ.get(PIPELINES_ENV_VAR, DEFAULT_PIPELINES).split(",")
+             if p.strip()]
+    unknown = [p for p in names if p not in list_pipelines()]
+    if unknown:
+        raise ValueError(f"{PIPELINES_ENV_VAR} names unknown pipelines {unknown}: use "
+                         f"{list_pipelines()}.")
+    return names
+
+
+def retrain_schedule() -> str:
+    return os.environ.get(SCHEDULE_ENV_VAR, DEFAULT_SCHEDULE)
+
+
+# --- helpers ----------------------------------------------------------------------------
+def _not_retried() -> tuple:
+    from engine.exceptions import ConfigError
+    from pipelines import UnknownPipelineError
+    from tasks.refs import RefError
+
+    return (ConfigError, RefError, UnknownPipelineError, ImportError, TypeError)
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``; an error in the inputs fails the task without retries."""
+    try:
+        return fn(*args, **kwargs)
+    except _not_retried() as exc:
+        raise AirflowFailException(f"{type(exc).__name__}: {exc} (not retried: a retry "
+                                   "would fail the same way)") from exc
+
+
+def _run_settings(run: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``run`` with a name derived from the DAG run and this task, unless it has one."""
+    from tasks import core
+
+    out = dict(run or {})
+    if not out.get("name"):
+        ctx = get_current_context()
+        ti = ctx["ti"]
+        name = ti.task_id if (ti.map_index is None or ti.map_index < 0) \
+            else f"{ti.task_id}-{ti.map_index}"
+        out["name"] = core.run_name_for(ctx["run_id"], name, prefix=ti.dag_id)
+        logger.info("Engine run %r (a retry of this task resumes it).", out["name"])
+    return out
+
+
+# --- tasks ------------------------------------------------------------------------------
+@task(task_id="ingest", retries=RETRIES, multiple_outputs=False)
+def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
+                name: Optional[str] = None) -> Dict[str, Any]:
+    """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict."""
+    from tasks import core
+
+    return _call(core.ingest, source, format, storage=storage, name=name).to_dict()
+
+
+@task(task_id="split", retries=RETRIES, multiple_outputs=True)
+def split_task(dataset: Dict[str, Any], test_size: float = 0.2, seed: int = 0,
+               stratify_column: Optional[str] = None) -> Dict[str, Any]:
+    """``tasks.core.split``; ``{"train": ..., "validation": ...}`` (also pushed per key,
+    so ``split_task(...)["validation"]`` works in a DAG)."""
+    from tasks import core
+
+    out = _call(core.split, dataset, test_size, seed, stratify_column)
+    return {k: v.to_dict() for k, v in out.items()}
+
+
+@task(task_id="train", retries=RETRIES, multiple_outputs=False)
+def train_task(pipeline: str, datasets: Dict[str, Any],
+               scaling: Optional[Dict[str, Any]] = None,
+               run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``tasks.core.train``, resuming ``run_name_for(DAG run, task)`` on a retry; returns
+    the ``CheckpointRef`` as a dict."""
+    from tasks import core
+
+    return _call(core.train, pipeline, datasets, scaling, _run_settings(run)).to_dict()
+
+
+@task(task_id="tune", retries=RETRIES, multiple_outputs=False)
+def tune_task(pipeline: str, datasets: Dict[str, Any],
+              param_space: Optional[Dict[str, Any]] = None,
+              tune_config: Optional[Dict[str, Any]] = None,
+              scaling: Optional[Dict[str, Any]] = None,
+              run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``tasks.core.tune`` (a retry resumes the experiment); returns the ``TuneRef``."""
+    from tasks import core
+
+    return _call(core.tune, pipeline, datasets, param_space, tune_config, scaling=scaling,
+                 run=_run_settings(run)).to_dict()
+
+
+@task(task_id="evaluate", retries=RETRIES, multiple_outputs=False)
+def evaluate_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any]) -> Dict[str, Any]:
+    """``tasks.core.evaluate``; the metrics (JSON values)."""
+    from tasks import core
+
+    return _call(core.evaluate, checkpoint, dataset)
+
+
+@task(task_id="promote", retries=RETRIES, multiple_outputs=False)
+def promote_task(checkpoint: Dict[str, Any], metrics: Dict[str, Any],
+                 alias: str = DEFAULT_ALIAS, gate: Optional[Dict[str, str]] = None,
+                 registry: Optional[str] = None) -> Dict[str, Any]:
+    """``tasks.core.promote``. Promoted: returns the ``Promotion`` and emits an event for
+    each asset outlet, with the checkpoint in its ``extra``. Not promoted: the task is
+    skipped (no asset event), the decision kept in the alias's history."""
+    from tasks import core
+
+    decision = _call(core.promote, checkpoint, metrics, alias, gate, registry=registry)
+    reasons = "; ".join(decision.reasons) or "no gate"
+    if not decision.promoted:
+        prev = decision.previous.uri if decision.previous else "nothing (never set)"
+        raise AirflowSkipException(
+            f"Not promoted: {decision.checkpoint.uri} failed the gate ({reasons}); "
+            f"{decision.pipeline}/{alias} still points at {prev}. No asset event.")
+    ctx = get_current_context()
+    extra = {"checkpoint_uri": decision.checkpoint.uri, "pipeline": decision.pipeline,
+             "alias": alias, "storage": decision.checkpoint.storage,
+             "pointer_uri": decision.pointer_uri, "gate": reasons}
+    for outlet in ctx["outlets"]:
+        if isinstance(outlet, Asset):
+            ctx["outlet_events"][outlet].extra = extra
+    logger.info("Promoted %s as %s/%s (%s).", decision.checkpoint.uri, decision.pipeline,
+                alias, reasons)
+    return decision.to_dict()
+
+
+@task(task_id="resolve_model", retries=RETRIES, multiple_outputs=False)
+def resolve_model_task(pipeline: str, alias: str = DEFAULT_ALIAS,
+                       storage: Optional[str] = None) -> Dict[str, Any]:
+    """``tasks.core.resolve_alias``: the checkpoint ``alias`` points at now (the one the
+    latest promotion set). Fails, without retries, if it was never set."""
+    from tasks import core
+
+    for event in _triggering_events():
+        logger.info("Triggered by an asset event of %s: %s", event.get("uri"),
+                    event.get("extra"))
+    ref = _call(core.resolve_alias, pipeline, alias, storage=storage)
+    if ref is None:
+        raise AirflowFailException(
+            f"No {alias!r} model for pipeline {pipeline!r} under "
+            f"{storage or 'the default storage'}: run the retrain_{pipeline} DAG first.")
+    return ref.to_dict()
+
+
+def _triggering_events() -> List[Dict[str, Any]]:
+    """The asset events that triggered this DAG run, as dicts (none for manual runs)."""
+    ctx = get_current_context()
+    out = []
+    try:
+        for asset, events in ctx["triggering_asset_events"].items():
+            for ev in events:
+                out.append({"uri": getattr(asset, "uri", str(asset)),
+                            "extra": dict(getattr(ev, "extra", None) or {})})
+    except Exception as exc:  # information only: never fail scoring over it
+        logger.warning("Could not read the triggering asset events: %s", exc)
+    return out
+
+
+@task(task_id="batch_predict", retries=RETRIES, multiple_outputs=False)
+def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
+                       output: Optional[str] = None, num_workers: int = 1,
+                       keep_columns: Optional[List[str]] = None) -> Dict[str, Any]:
+    """``tasks.core.batch_predict``; returns the predictions' ``DatasetRef``."""
+    from tasks import core
+
+    return _call(core.batch_predict, checkpoint, dataset, output, num_workers=num_workers,
+                 keep_columns=keep_columns).to_dict()
+
+
+__all__ = ["ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+           "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
+           "dag_pipelines", "retrain_schedule", "RETRIES", "DEFAULT_ALIAS",
+           "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]
