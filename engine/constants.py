@@ -66,3 +66,9 @@ DEFAULT_PREDICT_BATCH_SIZE = 4096
 # blocks, and one block goes to one actor: small blocks keep every actor of the pool busy.
 PREDICT_READ_BLOCK_BYTES_ENV_VAR = "TRAINYARD_PREDICT_READ_BLOCK_BYTES"
 DEFAULT_PREDICT_READ_BLOCK_BYTES = 8 * 2 ** 20
+
+# RLlib (engine.rllib): RLlib imports TensorFlow whenever it is installed, which costs
+# seconds per process. With a torch algorithm, the RLTrainer's worker process skips that
+# import (RLlib's RLLIB_TEST_NO_TF_IMPORT switch, set in that process only) unless this
+# is set to 0. RLlib's own env-runner processes are left as they are.
+RLLIB_SKIP_TF_IMPORT_ENV_VAR = "TRAINYARD_RLLIB_SKIP_TF_IMPORT"

@@ -38,6 +38,19 @@ class WorkerMeta:
     node_rank: int = 0
 
 
+def _child_bundles(scaling: ScalingConfig) -> List[Dict[str, float]]:
+    """Extra bundles a ScalingConfig subclass asks for (``child_bundles``), if any."""
+    return [dict(b) for b in getattr(scaling, "child_bundles", None) or []]
+
+
+def _sum_bundles(bundles: List[Dict[str, float]]) -> Dict[str, float]:
+    total: Dict[str, float] = {}
+    for bundle in bundles:
+        for key, value in bundle.items():
+            total[key] = total.get(key, 0.0) + float(value)
+    return total
+
+
 class WorkerGroup:
     """Starts, addresses and stops the training actors of one attempt."""
 
@@ -65,7 +78,11 @@ class WorkerGroup:
         ensure_ray()
         self._check_resources()
         bundles = [self.scaling.worker_resources for _ in range(self.scaling.num_workers)]
-        self.placement_group = placement_group(bundles, strategy=self.scaling.placement_strategy)
+        # Bundles after the workers' hold the actors a worker starts itself (RLlib's env
+        # runners): the workers' children are then placed in this placement group.
+        child_bundles = _child_bundles(self.scaling)
+        self.placement_group = placement_group(bundles + child_bundles,
+                                               strategy=self.scaling.placement_strategy)
         timeout = float(os.environ.get(constants.PLACEMENT_GROUP_TIMEOUT_ENV_VAR,
                                        constants.DEFAULT_PLACEMENT_GROUP_TIMEOUT_S))
         ready, _ = ray.wait([self.placement_group.ready()], timeout=timeout)
@@ -86,7 +103,8 @@ class WorkerGroup:
                 num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0),
                 resources={k: v for k, v in res.items() if k not in ("CPU", "GPU")},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self.placement_group, placement_group_bundle_index=i),
+                    self.placement_group, placement_group_bundle_index=i,
+                    placement_group_capture_child_tasks=True if child_bundles else None),
                 max_concurrency=4, max_restarts=0,
             )
             if runtime_env:
@@ -118,6 +136,15 @@ class WorkerGroup:
                     f"ScalingConfig asks for {self.scaling.num_workers} workers × "
                     f"{per_worker:g} {key} but this Ray cluster has {have:g} {key} in all: "
                     f"{hint}."
+                )
+        for key, extra in _sum_bundles(_child_bundles(self.scaling)).items():
+            want = need.get(key, 0.0) * self.scaling.num_workers + extra
+            if want > total.get(key, 0.0) + 1e-9:
+                raise WorkerGroupStartupError(
+                    f"The workers and the actors they start (e.g. RLlib's env runners) need "
+                    f"{want:g} {key} but this Ray cluster has {total.get(key, 0.0):g} {key} "
+                    "in all: lower ScalingConfig(num_workers=...) or resources_per_worker, or "
+                    f"start Ray with more logical CPUs ({constants.RAY_NUM_CPUS_ENV_VAR}=N)."
                 )
         spare = total.get("CPU", 0.0) - need.get("CPU", 0.0) * self.scaling.num_workers
         if self.needs_data_cpus and spare < 1:

@@ -1,0 +1,267 @@
+"""RLTrainer: RLlib algorithms as engine runs (real Ray, real RLlib, CartPole).
+
+The first tests need no Ray: argument checks and the resources a run asks for. The
+others train PPO on CartPole on the shared 6-CPU test Ray: to a mean return of 150 and
+acting from the checkpoint; through a SIGKILL of the algorithm's process and a resume;
+as a Tuner trainable; and failing fast when the cluster is too small.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from engine import (Checkpoint, FailureConfig, RunConfig, ScalingConfig,
+                    WorkerGroupStartupError)
+from engine.exceptions import ConfigError, FrameworkMismatchError
+from engine.rllib import RLTrainer, load_algorithm
+from tests.subprocess_env import driver_env
+
+# RLlib's PPO defaults with the learning rate, epochs and value-loss weight RLlib's
+# CartPole example uses: a mean return of 150 in about 5 iterations of 4000 steps.
+CARTPOLE = {"env": "CartPole-v1", "lr": 3e-4, "num_epochs": 6, "vf_loss_coeff": 0.01,
+            "seed": 0}
+# Short iterations, for tests about the run rather than about learning.
+QUICK = {**CARTPOLE, "train_batch_size_per_learner": 500, "minibatch_size": 100,
+         "num_epochs": 2}
+
+
+@pytest.fixture(scope="module")
+def rllib() -> None:
+    """RLlib, imported in this process before the env-leak guard takes its snapshot:
+    importing it sets variables such as TF_CPP_MIN_LOG_LEVEL (RLlib's and TensorFlow's
+    doing, once per process), and trainers import it on the driver to plan a run."""
+    import ray.rllib.algorithms.ppo  # noqa: F401
+
+
+# --- no Ray needed --------------------------------------------------------------------
+def test_import_does_not_load_rllib() -> None:
+    code = "import engine.rllib, sys; print('ray.rllib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=driver_env(),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("stop, fragment", [
+    (None, "needs stop="),
+    ({}, "needs stop="),
+    ({"training_iteration": "5"}, "must be a number"),
+    ({"": 3}, "must be a metric name"),
+])
+def test_bad_stop_is_rejected(stop, fragment) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        RLTrainer("PPO", config={"env": "CartPole-v1"}, stop=stop)
+
+
+def test_bad_arguments_say_what_to_use(rllib) -> None:
+    stop = {"training_iteration": 1}
+    with pytest.raises(ConfigError, match="needs an algorithm"):
+        RLTrainer(config={"env": "CartPole-v1"}, stop=stop)
+    with pytest.raises(ConfigError, match="must be a dict"):
+        RLTrainer("PPO", config=[("env", "CartPole-v1")], stop=stop)
+    with pytest.raises(ConfigError, match="checkpoint_frequency"):
+        RLTrainer("PPO", config={"env": "CartPole-v1"}, stop=stop, checkpoint_frequency=-1)
+    # Checked at fit(), before any worker starts: the algorithm name and the config.
+    with pytest.raises(ConfigError, match="not an RLlib algorithm.*PPO"):
+        RLTrainer("PPOO", config={"env": "CartPole-v1"}, stop=stop).fit()
+    with pytest.raises(ConfigError, match="'lrr'.*Did you mean lr"):
+        RLTrainer("PPO", config={"env": "CartPole-v1", "lrr": 1e-3}, stop=stop).fit()
+    with pytest.raises(ConfigError, match="num_env_runners.*ScalingConfig decides it"):
+        RLTrainer("PPO", config={"env": "CartPole-v1", "num_env_runners": 3}, stop=stop,
+                  scaling_config=ScalingConfig(num_workers=2)).fit()
+
+
+def test_scaling_config_sizes_env_runners_and_main_process(rllib) -> None:
+    """What a run reserves (what a Tuner counts): the algorithm's process plus one
+    bundle per env runner; without a ScalingConfig, the algorithm config decides."""
+    spec = RLTrainer("PPO", config={"env": "CartPole-v1"}, stop={"training_iteration": 1},
+                     scaling_config=ScalingConfig(num_workers=2))._run_spec()
+    assert spec.scaling_config.num_workers == 1
+    assert spec.scaling_config.child_bundles == [{"CPU": 1.0}, {"CPU": 1.0}]
+    assert spec.scaling_config.total_resources == {"CPU": 3.0}
+    spec = RLTrainer("PPO", config={"env": "CartPole-v1"}, stop={"training_iteration": 1},
+                     scaling_config=ScalingConfig(num_workers=3,
+                                                  resources_per_worker={"CPU": 0.5},
+                                                  trainer_resources={"CPU": 2}))._run_spec()
+    assert spec.scaling_config.worker_resources == {"CPU": 2.0}
+    assert spec.scaling_config.total_resources == {"CPU": 3.5}
+    spec = RLTrainer("PPO", config={"env": "CartPole-v1", "num_env_runners": 0},
+                     stop={"training_iteration": 1})._run_spec()
+    assert spec.scaling_config.total_resources == {"CPU": 1.0}
+    spec = RLTrainer("DQN", config={"env": "CartPole-v1"}, stop={"training_iteration": 1},
+                     scaling_config=ScalingConfig(num_workers=1))._run_spec()
+    assert spec.scaling_config.total_resources == {"CPU": 2.0}
+
+
+def test_an_algorithm_config_object_is_the_base(rllib) -> None:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    base = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+    trainer = RLTrainer(config=base, stop={"training_iteration": 1})  # PPO, from the config
+    assert trainer._run_spec().scaling_config.total_resources == {"CPU": 2.0}
+    with pytest.raises(ConfigError, match="does not match the config"):
+        RLTrainer("DQN", config=base, stop={"training_iteration": 1}).fit()
+    with pytest.raises(ConfigError, match="num_env_runners=1 but ScalingConfig"):
+        RLTrainer(config=base, stop={"training_iteration": 1},
+                  scaling_config=ScalingConfig(num_workers=3)).fit()
+
+
+def test_results_become_plain_metrics_and_stop_criteria_see_them() -> None:
+    import numpy as np
+
+    from engine.rllib._loop import check_stop_keys, stop_reached, to_metrics
+
+    result = {"config": {"lr": 1e-3}, "training_iteration": 3, "time_total_s": 9.5,
+              "env_runners": {"episode_return_mean": np.float64(160.0),
+                              "num_episodes": np.int64(7), "hist": np.array([1, 2]),
+                              "handle": object()}}
+    metrics = to_metrics(result)
+    # The engine adds training_iteration, time_total_s, config … itself.
+    assert metrics == {"env_runners": {"episode_return_mean": 160.0, "num_episodes": 7,
+                                       "hist": [1, 2]},
+                       "episode_return_mean": 160.0}
+    assert type(metrics["env_runners"]["num_episodes"]) is int
+    view = {**result, **metrics}
+    assert stop_reached({"env_runners/episode_return_mean": 150}, view) is not None
+    assert stop_reached({"episode_return_mean": 170, "time_total_s": 9}, view) \
+        == "time_total_s"
+    assert stop_reached({"env_runners/episode_return_mean": 170}, view) is None
+    check_stop_keys({"env_runners/not_yet_reported": 1, "episode_return_mean": 1}, view)
+    with pytest.raises(ConfigError, match="'episode_reward_mean' is not in the algorithm"):
+        check_stop_keys({"episode_reward_mean": 100}, view)
+
+
+def test_load_algorithm_refuses_other_frameworks(tmp_path) -> None:
+    (tmp_path / "model_card.json").write_text(json.dumps({"framework": "torch"}))
+    with pytest.raises(FrameworkMismatchError, match="'torch' trainer"):
+        load_algorithm(Checkpoint.from_directory(str(tmp_path)))
+
+
+# --- real runs ------------------------------------------------------------------------
+def _greedy_return(module, seed: int = 0) -> float:
+    """One CartPole episode acting greedily with the restored RLModule."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=seed)
+    total = 0.0
+    with torch.no_grad():
+        while True:
+            out = module.forward_inference(
+                {"obs": torch.as_tensor(np.array([obs]), dtype=torch.float32)})
+            action = int(torch.argmax(out["action_dist_inputs"][0]))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                return total
+
+
+def _torch_compiler_cache(monkeypatch, tmp_path) -> None:
+    # Building an algorithm in this process sets it once per process (torch's compiler).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+
+def test_ppo_cartpole_reaches_150_and_its_checkpoint_acts(rllib, ray_start_4_cpus,
+                                                          storage_path, monkeypatch,
+                                                          tmp_path):
+    trainer = RLTrainer(
+        "PPO", config=CARTPOLE, scaling_config=ScalingConfig(num_workers=2),
+        stop={"env_runners/episode_return_mean": 150, "training_iteration": 15},
+        run_config=RunConfig(storage_path=storage_path, name="ppo"),
+    )
+    result = trainer.fit()
+
+    ret = result.metrics["env_runners"]["episode_return_mean"]
+    assert ret >= 150, result.metrics["env_runners"]
+    assert result.metrics["episode_return_mean"] == ret
+    iterations = result.metrics["training_iteration"]
+    assert iterations < 15
+    history = result.metrics_dataframe
+    assert list(history["training_iteration"]) == list(range(1, iterations + 1))
+    assert history["env_runners/episode_return_mean"].iloc[0] < 150
+    card = result.checkpoint.get_model_card()
+    assert (card["framework"], card["algorithm"], card["env"]) == ("rllib", "PPO",
+                                                                   "CartPole-v1")
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    _torch_compiler_cache(monkeypatch, tmp_path)
+    acting = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+    algo = load_algorithm(result.checkpoint, config=acting)
+    try:
+        assert algo.iteration == iterations
+        greedy = _greedy_return(algo.get_module())
+    finally:
+        algo.stop()
+    assert greedy >= 100  # an untrained policy keeps the pole up for ~20 steps
+
+
+def _die_once(marker: str, at_iteration: int, *, algorithm, **_: object) -> None:
+    """RLlib's on_train_result, in the algorithm's process: SIGKILL it once."""
+    if algorithm.iteration == at_iteration and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_killed_run_resumes_from_its_checkpoint(rllib, ray_start_4_cpus, storage_path,
+                                                tmp_path, monkeypatch):
+    marker = str(tmp_path / "killed")
+    config = {**QUICK, "callbacks_on_train_result": functools.partial(_die_once, marker, 3)}
+    result = RLTrainer(
+        "PPO", config=config, scaling_config=ScalingConfig(num_workers=1),
+        stop={"training_iteration": 4},
+        run_config=RunConfig(storage_path=storage_path, name="killed",
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+
+    assert os.path.exists(marker)  # the process was killed once
+    # The stop counts the algorithm's own iterations: 4 in all only if the restored
+    # algorithm went on from its checkpoint (iteration 1 or 2) instead of from 0.
+    assert result.metrics["training_iteration"] == 4
+    assert result.metrics["iterations_since_restore"] in (2, 3)
+    assert result.num_failures == 1
+    _torch_compiler_cache(monkeypatch, tmp_path)
+    algo = load_algorithm(result.checkpoint)  # the config stored in the checkpoint
+    try:
+        assert algo.iteration == 4
+    finally:
+        algo.stop()
+
+
+def test_tuner_merges_param_space_into_the_algorithm_config(rllib, ray_start_4_cpus,
+                                                            storage_path):
+    from engine.tune import TuneConfig, Tuner, grid_search
+
+    trainer = RLTrainer("PPO", config=QUICK, scaling_config=ScalingConfig(num_workers=1),
+                        stop={"training_iteration": 1})
+    grid = Tuner(
+        trainer, param_space={"config": {"lr": grid_search([1e-3, 1e-4])}},
+        tune_config=TuneConfig(metric="episode_return_mean", mode="max"),
+        run_config=RunConfig(storage_path=storage_path, name="tune", verbose=0),
+    ).fit()
+
+    assert grid.num_errors == 0 and len(grid) == 2
+    used = sorted(r.metrics["learners"]["default_policy"]["default_optimizer_learning_rate"]
+                  for r in grid)
+    assert used == pytest.approx([1e-4, 1e-3])
+    best = grid.get_best_result()
+    assert best.checkpoint is not None and best.config["config"]["lr"] in (1e-3, 1e-4)
+
+
+def test_too_many_env_runners_fail_before_any_actor_starts(rllib, ray_start_4_cpus,
+                                                           storage_path):
+    trainer = RLTrainer("PPO", config={"env": "CartPole-v1"}, stop={"training_iteration": 1},
+                        scaling_config=ScalingConfig(num_workers=8),
+                        run_config=RunConfig(storage_path=storage_path, name="big"))
+    with pytest.raises(WorkerGroupStartupError) as info:
+        trainer.fit()
+    message = str(info.value)
+    assert "need 9 CPU" in message and "num_workers" in message
