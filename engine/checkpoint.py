@@ -67,10 +67,9 @@ class Checkpoint:
     def from_dict(cls, data: Dict[str, Any]) -> "Checkpoint":
         """A checkpoint holding a dict (small state, e.g. epoch and weights).
 
-        In a process that uses torch it is written with ``torch.save``, so that tensors,
-        numbers and nested dicts (state dicts, optimizer state) can later be read with
-        ``torch.load(weights_only=True)`` — what predictors do, running no code; elsewhere
-        it is a plain pickle. :meth:`to_dict` reads both, unpickling in full."""
+        A dict holding torch tensors (state dicts, optimizer state) is written with
+        ``torch.save``, so that it can later be read with ``torch.load(weights_only=True)``
+        — what predictors do, running no code; any other dict is a plain pickle. :meth:`to_dict` reads both, unpickling in full."""
         if not isinstance(data, dict):
             raise CheckpointError(
                 f"Checkpoint.from_dict expects a dict, got {type(data).__name__}."
@@ -176,13 +175,29 @@ def _rebuild(path: str, filesystem: pafs.FileSystem, metrics: Optional[Dict[str,
 
 
 def _dump_dict(data: Dict[str, Any], f: Any) -> None:
+    """torch.save's format when the dict holds tensors (state dicts: then predictors
+    load it with weights_only=True), else a plain pickle. torch.save pickles with
+    protocol 2, which stores bytes and numpy arrays half again as large, so it is used
+    only where it buys the safe load."""
     import sys
 
     torch = sys.modules.get("torch")
-    if torch is not None:
+    if torch is not None and _holds_tensor(data, torch.Tensor):
         torch.save(data, f)  # torch's default protocol 2: what weights_only can read
     else:
         pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _holds_tensor(obj: Any, tensor_type: type, depth: int = 0) -> bool:
+    if isinstance(obj, tensor_type):
+        return True
+    if depth > 6:
+        return False
+    if isinstance(obj, dict):
+        return any(_holds_tensor(v, tensor_type, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_tensor(v, tensor_type, depth + 1) for v in obj[:1000])
+    return False
 
 
 def _is_torch_archive(raw: bytes) -> bool:

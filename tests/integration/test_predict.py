@@ -258,6 +258,9 @@ def test_checkpoint_of_another_framework_names_both(ray_start_4_cpus, scaled_res
     with pytest.raises(FrameworkMismatchError) as info:
         BatchPredictor.from_checkpoint(ckpt, TorchPredictor, model=torch.nn.Linear(2, 1))
     assert "'xgboost'" in str(info.value) and "'torch'" in str(info.value)
-    # Without predictor_cls, the card's framework picks the predictor: none registered yet.
-    with pytest.raises(ConfigError, match="No predictor is registered for framework 'xgboost'"):
+    # Without predictor_cls, the card's framework picks the predictor; a framework with
+    # no predictor registered says so.
+    card.update(framework="jax", trainer="JaxTrainer")
+    card_path.write_text(json.dumps(card))
+    with pytest.raises(ConfigError, match="No predictor is registered for framework 'jax'"):
         evaluate(ckpt, ray.data.from_pandas(_raw_frame(10, 2)))

@@ -44,3 +44,24 @@ def test_checkpoint_pickles_with_path_and_metrics():
 def test_from_dict_rejects_non_dict():
     with pytest.raises(CheckpointError, match="expects a dict"):
         Checkpoint.from_dict([1, 2])
+
+
+def test_from_dict_format_tensors_load_safely_other_dicts_stay_compact():
+    """A dict with tensors is written in torch.save's format (predictors then load it
+    with weights_only=True); any other dict is a plain pickle, since torch.save's
+    protocol 2 would store bytes and arrays half again as large."""
+    import os
+
+    import torch
+
+    from engine import constants
+    from engine.checkpoint import load_dict_safely
+
+    state = Checkpoint.from_dict({"model": torch.nn.Linear(2, 1).state_dict(), "epoch": 1})
+    blob = Checkpoint.from_dict({"blob": os.urandom(1 << 20)})
+    with open(os.path.join(state.path, constants.DICT_CHECKPOINT_FILE), "rb") as f:
+        raw = f.read()
+    assert raw[:2] == b"PK" and load_dict_safely(raw)["epoch"] == 1
+    size = os.path.getsize(os.path.join(blob.path, constants.DICT_CHECKPOINT_FILE))
+    assert size < 1.01 * (1 << 20)
+    assert len(blob.to_dict()["blob"]) == 1 << 20
