@@ -20,6 +20,10 @@ DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
 
 # How long one long-poll of a worker waits for a report before returning empty.
 POLL_TIMEOUT_S = 0.5
+# Once a poll has a report, it waits this long for more before answering, so that a
+# loop reporting every few milliseconds costs one driver round trip per window instead
+# of one per report (each round trip is about a millisecond of the worker's CPU).
+REPORT_BATCH_WINDOW_S = 0.1
 
 # Seconds a worker may take to answer a poll before it counts as unhealthy.
 HEALTH_CHECK_TIMEOUT_ENV_VAR = "TRAINYARD_HEALTH_CHECK_TIMEOUT_S"

@@ -202,6 +202,10 @@ class TrainSession:
             first = self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait()
         except queue.Empty:
             return items, False
+        # Batch what follows within a short window (constants.REPORT_BATCH_WINDOW_S);
+        # a checkpoint or the end of training is handed over at once.
+        window_end = time.monotonic() + (constants.REPORT_BATCH_WINDOW_S if timeout > 0
+                                         else 0.0)
         pending = [first]
         while True:
             for item in pending:
@@ -209,8 +213,13 @@ class TrainSession:
                     done = True
                 else:
                     items.append(item)
+            if done or items[-1].checkpoint_staging:
+                wait = 0.0
+            else:
+                wait = window_end - time.monotonic()
             try:
-                pending = [self.queue.get_nowait()]
+                pending = [self.queue.get(timeout=wait) if wait > 0
+                           else self.queue.get_nowait()]
             except queue.Empty:
                 return items, done
 
