@@ -69,7 +69,8 @@ class Checkpoint:
 
         A dict holding torch tensors (state dicts, optimizer state) is written with
         ``torch.save``, so that it can later be read with ``torch.load(weights_only=True)``
-        — what predictors do, running no code; any other dict is a plain pickle. :meth:`to_dict` reads both, unpickling in full."""
+        — what predictors do, running no code; any other dict is a plain pickle.
+        :meth:`to_dict` reads both, unpickling in full."""
         if not isinstance(data, dict):
             raise CheckpointError(
                 f"Checkpoint.from_dict expects a dict, got {type(data).__name__}."
@@ -244,3 +245,22 @@ def load_dict_safely(raw: bytes, uri: str = "") -> Dict[str, Any]:
         raise CheckpointError(
             f"The dict checkpoint {uri!r} holds objects other than tensors, numbers and "
             f"containers ({first[:200]}). {hint}") from None
+
+
+def _owned_checkpoint(cls: type, prefix: str, write_model: Any,
+                      preprocessor: Optional[Any] = None) -> Any:
+    """A new checkpoint of type ``cls`` in a temporary directory that is removed once it
+    is reported: ``write_model(directory)`` saves the model, and a fitted
+    ``engine.preprocessors`` preprocessor is saved beside it (what the framework
+    checkpoints' ``from_model`` share)."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    write_model(tmp)
+    if preprocessor is not None:
+        from engine import preprocessors as _pp
+
+        name, data = _pp.dumps(preprocessor)
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(data)
+    ckpt = cls(tmp)
+    ckpt._owned_tmp = True
+    return ckpt

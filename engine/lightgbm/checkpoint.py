@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Optional
 
-from engine.checkpoint import Checkpoint
+from engine.checkpoint import Checkpoint, _owned_checkpoint
 from engine.exceptions import CheckpointError
 from engine.lightgbm.config import import_lightgbm
 
@@ -27,17 +26,9 @@ class LightGBMCheckpoint(Checkpoint):
                    filename: str = MODEL_FILE) -> "LightGBMCheckpoint":
         """Save ``booster`` (and a fitted ``engine.preprocessors`` preprocessor) into a
         new temporary directory, removed once the checkpoint is reported."""
-        tmp = tempfile.mkdtemp(prefix="trainyard_lgb_")
-        booster.save_model(os.path.join(tmp, filename))
-        if preprocessor is not None:
-            from engine import preprocessors as _pp
-
-            name, data = _pp.dumps(preprocessor)
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-        ckpt = cls(tmp)
-        ckpt._owned_tmp = True
-        return ckpt
+        return _owned_checkpoint(
+            cls, "trainyard_lgb_", lambda d: booster.save_model(os.path.join(d, filename)),
+            preprocessor)
 
     @classmethod
     def wrap(cls, checkpoint: Checkpoint) -> "LightGBMCheckpoint":

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from typing import Any, Optional
 
-from engine.checkpoint import Checkpoint
+from engine.checkpoint import Checkpoint, _owned_checkpoint
 from engine.exceptions import CheckpointError
 
 MODEL_FILE = "model.pkl"
@@ -29,18 +28,9 @@ class SklearnCheckpoint(Checkpoint):
                        ) -> "SklearnCheckpoint":
         """Pickle ``estimator`` (and a fitted ``engine.preprocessors`` preprocessor) into
         a new temporary directory, removed once the checkpoint is reported."""
-        tmp = tempfile.mkdtemp(prefix="trainyard_sklearn_")
-        with open(os.path.join(tmp, MODEL_FILE), "wb") as f:
-            pickle.dump(estimator, f, protocol=pickle.HIGHEST_PROTOCOL)
-        if preprocessor is not None:
-            from engine import preprocessors as _pp
-
-            name, data = _pp.dumps(preprocessor)
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-        ckpt = cls(tmp)
-        ckpt._owned_tmp = True
-        return ckpt
+        return _owned_checkpoint(
+            cls, "trainyard_sklearn_", lambda d: _pickle_to(estimator, os.path.join(d, MODEL_FILE)),
+            preprocessor)
 
     @classmethod
     def wrap(cls, checkpoint: Checkpoint) -> "SklearnCheckpoint":
@@ -64,3 +54,8 @@ def load_estimator(checkpoint: Checkpoint) -> Any:
     raise CheckpointError(
         f"Checkpoint {checkpoint.uri!r} holds no {MODEL_FILE} (it has {files}): save the "
         "estimator with SklearnCheckpoint.from_estimator(estimator).")
+
+
+def _pickle_to(obj: Any, path: str) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
