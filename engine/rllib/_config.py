@@ -6,9 +6,11 @@ The same functions run on the driver (to size the placement group) and on the wo
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from engine.config import ScalingConfig
 from engine.exceptions import ConfigError
@@ -31,6 +33,29 @@ _KEY_ALIASES = {"num_workers": "num_env_runners", "num_rollout_workers": "num_en
                 "custom_resources_per_worker": "custom_resources_per_env_runner",
                 "num_cpus_for_driver": "num_cpus_for_main_process",
                 "num_cpus_for_local_worker": "num_cpus_for_main_process"}
+
+
+@contextlib.contextmanager
+def tensorflow_left_as_is() -> Iterator[None]:
+    """Import RLlib inside this block without changing TensorFlow for the rest of the
+    process.
+
+    The first import of RLlib imports TensorFlow (when it is installed) and turns
+    TensorFlow 2 behaviour off process-wide (``tf.compat.v1.disable_v2_behavior()``, for
+    its graph-mode policies). On a driver that only plans an RL run, that would break any
+    later TensorFlow work in the same process: no eager tensors, Keras files that no
+    longer load, a ``TensorflowTrainer``'s predictor failing. When it was this block that
+    brought TensorFlow in, TensorFlow 2 behaviour is turned back on afterwards. The
+    algorithm itself runs in its own worker process, where RLlib keeps its setting.
+    """
+    tensorflow_was_imported = "tensorflow" in sys.modules
+    try:
+        yield
+    finally:
+        tf = sys.modules.get("tensorflow")
+        if not tensorflow_was_imported and tf is not None and hasattr(tf, "compat"):
+            if not tf.executing_eagerly():
+                tf.compat.v1.enable_v2_behavior()
 
 
 @dataclass

@@ -116,8 +116,9 @@ class RLTrainer(BaseTrainer):
             raise ConfigError("RLTrainer.config must be a dict (param_space={'config': "
                               "{...}} merges into it).")
         stop = check_stop(self.stop)
-        cls, algo_config = _config.build_config(self.algorithm, self._base_config,
-                                                self.config, self.scaling_config)
+        with _config.tensorflow_left_as_is():  # the driver only plans the run
+            cls, algo_config = _config.build_config(self.algorithm, self._base_config,
+                                                    self.config, self.scaling_config)
         bundles, strategy = _config.resource_bundles(cls, algo_config)
         payload = cloudpickle.dumps((self.algorithm, self._base_config, self.scaling_config))
         loop = RLLoop(payload, framework=str(algo_config.framework_str), stop=stop,

@@ -107,6 +107,7 @@ def load_keras_model(local_dir: str, model: Any = None, model_file: Optional[str
             f"Checkpoint {uri or local_dir!r} holds no Keras model file "
             f"({sorted(os.listdir(local_dir))}): save one with "
             "TensorflowCheckpoint.from_model(model) or ReportCheckpointCallback().")
+    require_eager()
     path = os.path.join(local_dir, name)
     if model is not None:
         model = model() if callable(model) and not _is_keras_model(model) else model
@@ -120,6 +121,19 @@ def load_keras_model(local_dir: str, model: Any = None, model_file: Optional[str
             f"Could not rebuild the model saved in {uri or local_dir!r} ({name}): {exc}. "
             "Pass model=YourModel() (or a function building it) to load the weights into."
         ) from exc
+
+
+def require_eager() -> None:
+    """Raise ConfigError when TensorFlow 2 behaviour is off in this process, in which
+    Keras models neither load nor predict."""
+    import tensorflow as tf
+
+    if not tf.executing_eagerly():
+        raise ConfigError(
+            "TensorFlow 2 behaviour is off in this process "
+            "(tf.compat.v1.disable_v2_behavior() was called; importing RLlib before "
+            "TensorFlow does this), so Keras models cannot be loaded or run here. Call "
+            "tf.compat.v1.enable_v2_behavior() first, or import TensorFlow before RLlib.")
 
 
 def _is_keras_model(obj: Any) -> bool:

@@ -30,7 +30,7 @@ from engine._internal.batches import feature_matrix
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
 from engine.predict import Predictor
-from engine.tensorflow.checkpoint import find_model_file, load_keras_model
+from engine.tensorflow.checkpoint import find_model_file, load_keras_model, require_eager
 
 _WEIGHT_KEYS = ("model_weights", "weights", "model")
 
@@ -60,6 +60,7 @@ class TensorflowPredictor(Predictor):
             raise ConfigError(f"model must be a Keras model, got {type(model).__name__}.")
         import tensorflow as tf
 
+        require_eager()
         if use_gpu and not tf.config.list_physical_devices("GPU"):
             raise ConfigError("use_gpu=True but TensorFlow sees no GPU: pass use_gpu=False "
                               "or run where a GPU is visible (tensorflow-cpu has none).")

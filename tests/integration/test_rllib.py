@@ -9,6 +9,7 @@ as a Tuner trainable; and failing fast when the cluster is too small.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import signal
@@ -36,8 +37,13 @@ QUICK = {**CARTPOLE, "train_batch_size_per_learner": 500, "minibatch_size": 100,
 def rllib() -> None:
     """RLlib, imported in this process before the env-leak guard takes its snapshot:
     importing it sets variables such as TF_CPP_MIN_LOG_LEVEL (RLlib's and TensorFlow's
-    doing, once per process), and trainers import it on the driver to plan a run."""
-    import ray.rllib.algorithms.ppo  # noqa: F401
+    doing, once per process), and trainers import it on the driver to plan a run. Imported
+    as the trainer does, so that TensorFlow keeps working in this process for the tests
+    that follow (RLlib alone would turn TensorFlow 2 behaviour off)."""
+    from engine.rllib._config import tensorflow_left_as_is
+
+    with tensorflow_left_as_is():
+        import ray.rllib.algorithms.ppo  # noqa: F401
 
 
 # --- no Ray needed --------------------------------------------------------------------
@@ -46,6 +52,31 @@ def test_import_does_not_load_rllib() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=driver_env(),
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_planning_a_run_leaves_tensorflow_working_in_the_driver(tmp_path) -> None:
+    """RLlib's first import turns TensorFlow 2 behaviour off process-wide; a driver that
+    plans an RL run and then loads or trains a Keras model must not be broken by it."""
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed")
+    code = f"""
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+from engine.rllib import RLTrainer
+RLTrainer("PPO", config={QUICK!r}, stop={{"training_iteration": 1}})._run_spec()
+assert "ray.rllib" in sys.modules and "tensorflow" in sys.modules  # RLlib brought TF in
+import numpy as np, tensorflow as tf, tf_keras
+assert tf.executing_eagerly()
+model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1)])
+model.save({str(tmp_path / "m.keras")!r})
+loaded = tf_keras.models.load_model({str(tmp_path / "m.keras")!r})
+x = np.ones((2, 3), "float32")
+assert np.allclose(loaded(x).numpy(), model(x).numpy())
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], env=driver_env(),
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 @pytest.mark.parametrize("stop, fragment", [

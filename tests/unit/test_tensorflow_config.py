@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -194,3 +195,27 @@ def test_callback_asks_keras_for_batch_hooks_only_when_it_reports_on_batches(tf_
                          env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "False", "True", "True", "rejected"]
+
+
+def test_a_process_without_tensorflow_2_behaviour_gets_advice(tf_keras, tmp_path):
+    """After tf.compat.v1.disable_v2_behavior() (which RLlib's first import calls), a
+    Keras checkpoint cannot load: the error says why and what to do, rather than Keras's
+    "Unknown object: 'Sequential'"."""
+    from engine.tensorflow import TensorflowCheckpoint
+
+    model_dir = tmp_path / "ckpt"
+    TensorflowCheckpoint.from_model(_model(tf_keras)).to_directory(str(model_dir))
+    code = f"""
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+from engine import Checkpoint
+from engine.exceptions import ConfigError
+from engine.tensorflow import TensorflowPredictor
+try:
+    TensorflowPredictor.from_checkpoint(Checkpoint.from_directory({str(model_dir)!r}))
+except ConfigError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "TF_USE_LEGACY_KERAS": "1"})
+    assert "enable_v2_behavior()" in out.stdout, out.stderr[-3000:]
