@@ -78,11 +78,36 @@ def to_ray_dataset(name: str, data: Any) -> Any:
         )
     names = _file_names(paths)
     fmt = _file_format(names)
+    filesystem, paths = _with_filesystem(paths)
     logger.debug("datasets[%r]: reading %s as %s", name, paths, fmt)
     arg = paths[0] if len(paths) == 1 else paths
+    kwargs = {"filesystem": filesystem} if filesystem is not None else {}
     if fmt == "csv":
-        return ray.data.read_csv(arg)
-    return _read_parquet(arg, len(names))
+        return ray.data.read_csv(arg, **kwargs)
+    return _read_parquet(arg, len(names), **kwargs)
+
+
+def _with_filesystem(paths: List[str]) -> Any:
+    """``(filesystem, paths inside it)`` for object-store URIs, resolved by the storage
+    layer: an endpoint or credentials in the URI, or the filesystem this process opened
+    for a bare URI of that bucket (a pipeline's data set reference), travel to Ray Data's
+    read tasks in the (pickled) filesystem, which a bare URI in another process would
+    not find. Local paths, and URIs the storage layer cannot open, go to Ray Data as
+    they are: ``(None, paths)``."""
+    from engine._internal import storage as _storage
+    from engine.exceptions import StorageError
+
+    if not all(_storage.is_uri(p) and not p.startswith(("file://", "memory://"))
+               for p in paths):
+        return None, paths
+    try:
+        resolved = [_storage.resolve(p) for p in paths]
+    except StorageError:
+        return None, paths  # Ray Data's own error says what is wrong with the URI
+    filesystems = {id(fs) for fs, _ in resolved}
+    if len(filesystems) != 1:
+        return None, paths  # several stores in one data set: each URI on its own
+    return resolved[0][0], [inner for _, inner in resolved]
 
 
 # Ray Data's Parquet reader starts a pool of footer-reading actors (32 by default) for
@@ -95,16 +120,16 @@ _MAX_FOOTER_ACTORS = 32
 _env_lock = threading.Lock()
 
 
-def _read_parquet(arg: Any, num_files: int) -> Any:
+def _read_parquet(arg: Any, num_files: int, **kwargs: Any) -> Any:
     import ray.data
 
     if _FOOTER_ACTORS_ENV in os.environ or num_files <= 0:
-        return ray.data.read_parquet(arg)
+        return ray.data.read_parquet(arg, **kwargs)
     actors = max(1, min(_MAX_FOOTER_ACTORS, -(-num_files // _FILES_PER_FOOTER_ACTOR)))
     with _env_lock:  # read when read_parquet builds its file indexer, here on the driver
         os.environ[_FOOTER_ACTORS_ENV] = str(actors)
         try:
-            return ray.data.read_parquet(arg)
+            return ray.data.read_parquet(arg, **kwargs)
         finally:
             os.environ.pop(_FOOTER_ACTORS_ENV, None)
 

@@ -199,9 +199,20 @@ def s3_parquet(s3_server):
     return uri
 
 
-def test_s3_parquet_uri_input(ray_start_4_cpus, storage_path, s3_parquet, caplog):
+@pytest.mark.parametrize("form", ["with endpoint", "bare"])
+def test_s3_parquet_uri_input(ray_start_4_cpus, storage_path, s3_parquet, caplog, form):
+    """A URI carrying its endpoint, and a bare one (``s3://bucket/prefix``, as pipeline
+    references hold) of a bucket this process opened with its endpoint: Ray Data's read
+    tasks, in other processes, get the endpoint too."""
+    from engine._internal import storage as _storage
+
     caplog.set_level(logging.INFO, logger="engine")
-    _, cb = _fit(_ids_per_epoch, {"train": s3_parquet}, storage_path, config={"epochs": 2})
+    uri = s3_parquet
+    if form == "bare":
+        _storage.resolve(s3_parquet)  # as ingest() did when it wrote the data set
+        uri = _storage.redact(s3_parquet)
+        assert "?" not in uri
+    _, cb = _fit(_ids_per_epoch, {"train": uri}, storage_path, config={"epochs": 2})
     for ranks in cb.rounds:
         a, b = (set(r["ids"]) for r in ranks)
         assert len(a) == len(b) == 5 and not a & b and a | b <= set(range(11))
