@@ -175,6 +175,65 @@ def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
                for text in stored)
 
 
+def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefect_api,
+                                                             s3_server, capfd):
+    """The retrain flow on S3 storage whose URI carries credentials, with the env keys
+    set too: neither secret shows in any Prefect artifact, task result (the result store
+    and the API), task state message or printed/logged line of the run."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                FlowRunFilter, FlowRunFilterId)
+
+    from flows.retrain import retrain
+    from tests.conftest import FAKE_AWS_SECRET
+
+    uri_secret = "tyUriSecret-" + os.urandom(8).hex()
+    storage = s3_server.uri("prefect-secrets").replace(
+        "s3://", f"s3://trainyard-test-key-id:{uri_secret}@")
+
+    # The storage URI is built inside the flow, not passed as a flow parameter: Prefect
+    # keeps flow parameters as given (pass credentials through the environment instead).
+    @flow(name="retrain-on-s3")
+    def retrain_on_s3():
+        return retrain.fn(pipeline="breast_cancer", storage=storage, num_workers=2,
+                          param_space={"max_depth": {"grid_search": [2]}},
+                          tune_epochs=2, train_epochs=3, gate={"accuracy": ">=0.5"},
+                          retry_delay_s=1)
+
+    state = retrain_on_s3(return_state=True)
+    summary = state.result()
+    assert summary["promoted"], summary
+    assert summary["checkpoint"].startswith(f"s3://{s3_server.bucket}/prefect-secrets/")
+    flow_run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        flow_run = client.read_flow_run(flow_run_id)
+    assert {"breast-cancer-train-checkpoint", "breast-cancer-evaluation",
+            "breast-cancer-production-promotion"} <= {a.key for a in artifacts}
+    assert any(summary["checkpoint"] in str(a.data) for a in artifacts)
+    results = [r.state.result() for r in task_runs if r.state.is_completed()]
+    assert len(results) >= 7  # ingest, split, tune, train, evaluate, promote, ...
+    captured = capfd.readouterr()
+    texts = {
+        "artifacts": json.dumps([[a.key, a.description, a.data] for a in artifacts],
+                                default=str),
+        "task results": repr(results) + json.dumps(summary, default=str),
+        "result store": "\n".join(open(p, errors="replace").read()
+                                   for p in glob.glob(os.path.join(str(prefect_api), "*"))
+                                   if os.path.isfile(p)),
+        "states and parameters": repr([(r.name, r.state.message) for r in task_runs])
+                                 + repr(flow_run.parameters) + repr(flow_run.state),
+        "stdout/stderr": captured.out + captured.err,
+    }
+    for what, text in texts.items():
+        assert uri_secret not in text, f"URI secret leaked into {what}"
+        assert FAKE_AWS_SECRET not in text, f"env secret leaked into {what}"
+
+
 def test_batch_predict_flow_scores_with_the_production_model(retrain_run):
     from flows.batch_predict import batch_predict
 
