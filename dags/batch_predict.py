@@ -22,7 +22,7 @@ from typing import Any, Dict
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, batch_predict_task, dag_pipelines,
-                                 ingest_task, model_asset, resolve_model_task)
+                                 ingest_task, model_asset, resolve_model_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -45,8 +45,10 @@ def plan(pipeline: str) -> Dict[str, Any]:
 
     p = get_current_context()["params"]
     spec = get_pipeline(pipeline)
-    return {"storage": storage_root(p["storage"]), "source": p["source"] or spec.source,
-            "output": p["output"], "num_workers": p["num_workers"]}
+    # XCom gets URIs without credentials; each task reopens them with theirs.
+    return {"storage": xcom_uri(storage_root(p["storage"])),
+            "source": p["source"] or spec.source, "output": xcom_uri(p["output"]),
+            "num_workers": p["num_workers"]}
 
 
 def build_batch_predict_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:

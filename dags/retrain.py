@@ -28,7 +28,7 @@ from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
                                  model_asset, promote_task, retrain_schedule, split_task,
-                                 train_task, tune_task)
+                                 train_task, tune_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -68,7 +68,7 @@ def plan(pipeline: str) -> Dict[str, Any]:
 
     p = get_current_context()["params"]
     spec = get_pipeline(pipeline)
-    storage = storage_root(p["storage"])
+    storage = xcom_uri(storage_root(p["storage"]))  # each task reopens it with credentials
     return {
         "storage": storage,
         "source": p["source"] or spec.source,

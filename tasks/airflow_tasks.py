@@ -103,11 +103,49 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                                    "would fail the same way)") from exc
 
 
+def xcom_uri(uri: Optional[str]) -> Optional[str]:
+    """``uri`` as it may go into XCom: without credentials or an endpoint query (XCom is
+    stored in the metadata database and shown in the UI). Tasks that receive it get the
+    full URI back from :func:`full_uri`."""
+    from tasks._store import display
+
+    return display(uri) if isinstance(uri, str) else uri
+
+
+def full_uri(uri: Optional[str]) -> Optional[str]:
+    """The URI to open for one that came through XCom (:func:`xcom_uri`): when it is, or
+    is under, the DAG run's ``storage``/``output`` param or ``$TRAINYARD_STORAGE_PATH``,
+    that one with its credentials and endpoint; otherwise ``uri`` as it is."""
+    from engine import constants
+    from tasks._store import display, sub
+
+    if not isinstance(uri, str) or "://" not in uri or "?" in uri or "@" in uri:
+        return uri
+    try:
+        params = dict(get_current_context().get("params") or {})
+    except Exception:  # called outside a running task
+        params = {}
+    candidates = [params.get("storage"), params.get("output"),
+                  os.environ.get(constants.STORAGE_PATH_ENV_VAR)]
+    for full in candidates:
+        if not isinstance(full, str) or "://" not in full:
+            continue
+        shown = display(full).rstrip("/")
+        if uri.rstrip("/") == shown:
+            return full
+        if uri.startswith(shown + "/"):
+            return sub(full, uri[len(shown) + 1:])
+    return uri
+
+
 def _run_settings(run: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``run`` with a name derived from the DAG run and this task, unless it has one."""
+    """``run`` with a name derived from the DAG run and this task, unless it has one, and
+    its storage with the credentials XCom does not hold."""
     from tasks import core
 
     out = dict(run or {})
+    if out.get("storage"):
+        out["storage"] = full_uri(out["storage"])
     if not out.get("name"):
         ctx = get_current_context()
         ti = ctx["ti"]
@@ -125,7 +163,8 @@ def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str
     """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict."""
     from tasks import core
 
-    return _call(core.ingest, source, format, storage=storage, name=name).to_dict()
+    return _call(core.ingest, source, format, storage=full_uri(storage),
+                 name=name).to_dict()
 
 
 @task(task_id="split", retries=RETRIES, multiple_outputs=True)
@@ -180,7 +219,8 @@ def promote_task(checkpoint: Dict[str, Any], metrics: Dict[str, Any],
     skipped (no asset event), the decision kept in the alias's history."""
     from tasks import core
 
-    decision = _call(core.promote, checkpoint, metrics, alias, gate, registry=registry)
+    decision = _call(core.promote, checkpoint, metrics, alias, gate,
+                     registry=full_uri(registry))
     reasons = "; ".join(decision.reasons) or "no gate"
     if not decision.promoted:
         prev = decision.previous.uri if decision.previous else "nothing (never set)"
@@ -209,11 +249,12 @@ def resolve_model_task(pipeline: str, alias: str = DEFAULT_ALIAS,
     for event in _triggering_events():
         logger.info("Triggered by an asset event of %s: %s", event.get("uri"),
                     event.get("extra"))
-    ref = _call(core.resolve_alias, pipeline, alias, storage=storage)
+    ref = _call(core.resolve_alias, pipeline, alias, storage=full_uri(storage))
     if ref is None:
         raise AirflowFailException(
             f"No {alias!r} model for pipeline {pipeline!r} under "
-            f"{storage or 'the default storage'}: run the retrain_{pipeline} DAG first.")
+            f"{xcom_uri(storage) or 'the default storage'}: run the retrain_{pipeline} DAG "
+            "first.")
     return ref.to_dict()
 
 
@@ -238,11 +279,12 @@ def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
     """``tasks.core.batch_predict``; returns the predictions' ``DatasetRef``."""
     from tasks import core
 
-    return _call(core.batch_predict, checkpoint, dataset, output, num_workers=num_workers,
+    return _call(core.batch_predict, checkpoint, dataset, full_uri(output),
+                 num_workers=num_workers,
                  keep_columns=keep_columns).to_dict()
 
 
 __all__ = ["ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
-           "dag_pipelines", "retrain_schedule", "RETRIES", "DEFAULT_ALIAS",
+           "dag_pipelines", "retrain_schedule", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
            "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]

@@ -64,12 +64,13 @@ def airflow_env(home: str) -> dict:
     return env
 
 
-def run_driver(scenario: str, home: str, out_dir: str, timeout: float, *args: str) -> dict:
+def run_driver(scenario: str, home: str, out_dir: str, timeout: float, *args: str,
+               extra_env: dict = None) -> dict:
     out = os.path.join(out_dir, f"{scenario}.json")
     log = os.path.join(out_dir, f"{scenario}.log")
     with open(log, "wb") as fh:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), scenario, out, *args],
-                              env=airflow_env(home), cwd=REPO, stdout=fh,
+                              env={**airflow_env(home), **(extra_env or {})}, cwd=REPO, stdout=fh,
                               stderr=subprocess.STDOUT, timeout=timeout)
     if proc.returncode != 0 or not os.path.exists(out):
         tail = open(log, errors="replace").read()[-6000:]
@@ -216,6 +217,41 @@ def test_a_failed_gate_skips_promote_and_emits_no_asset_event(dag_runs):
     assert [d["decision"] for d in decisions] == ["promoted", "rejected"]
 
 
+def test_s3_credentials_never_reach_xcom_the_metadata_db_or_task_logs(airflow_home,
+                                                                      s3_server, tmp_path):
+    """retrain then batch_predict on S3 storage whose URI (``$TRAINYARD_STORAGE_PATH``, as
+    a deployment sets it) carries credentials, with the env keys set too: neither secret
+    is in any XCom, asset event, file under AIRFLOW_HOME (the SQLite metadata database
+    included) or line the task runs logged."""
+    from tests.conftest import FAKE_AWS_SECRET
+
+    uri_secret = "tyUriSecret-" + os.urandom(8).hex()
+    storage = s3_server.uri("airflow-secrets").replace(
+        "s3://", f"s3://trainyard-test-key-id:{uri_secret}@")
+    out = run_driver("secrets", airflow_home, str(tmp_path), 480, extra_env={
+        "TRAINYARD_STORAGE_PATH": storage, "TRAINYARD_AIRFLOW_PIPELINES": "breast_cancer"})
+    assert out["retrain"]["state"] == "success", out["retrain"]
+    assert out["batch_predict"]["state"] == "success", out["batch_predict"]
+    trained = out["retrain"]["xcom"]["train"]["return_value"]["uri"]
+    assert trained.startswith(f"s3://{s3_server.bucket}/airflow-secrets/runs/"), trained
+    assert out["batch_predict"]["xcom"]["resolve_model"]["return_value"]["uri"] == trained
+    assert any(k.startswith("airflow-secrets/predictions/") for k in s3_server.keys())
+
+    texts = {"XCom": json.dumps([out[r]["xcom"] for r in ("retrain", "batch_predict")]),
+             "asset events": json.dumps(out["asset_events"]),
+             "task logs (dag.test output)": open(tmp_path / "secrets.log",
+                                                 errors="replace").read()}
+    for root, _, files in os.walk(airflow_home):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as fh:
+                texts[os.path.relpath(os.path.join(root, name), airflow_home)] = \
+                    fh.read().decode("latin-1")
+    assert "airflow.db" in texts and "breast_cancer" in texts["airflow.db"]
+    for what, text in texts.items():
+        assert uri_secret not in text, f"URI secret leaked into {what}"
+        assert FAKE_AWS_SECRET not in text, f"env secret leaked into {what}"
+
+
 # --- the driver side (runs in the Airflow subprocess) -----------------------------------
 class KillTrainWorkerOnce(threading.Thread):
     """SIGKILLs the rank-0 worker of the DAG run's ``train`` engine run once its
@@ -346,6 +382,42 @@ def _runs(out: str, storage: str) -> None:
     _write(out, result)
 
 
+def _all_xcom(dr, dag_id: str) -> dict:
+    """Every XCom value of a DAG run, by task and key."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    out: dict = {}
+    with create_session() as session:
+        for row in session.scalars(XComModel.get_many(run_id=dr.run_id, dag_ids=dag_id)):
+            out.setdefault(row.task_id, {})[row.key] = XComModel.deserialize_value(row)
+    return out
+
+
+def _secrets(out: str) -> None:
+    """retrain_breast_cancer then batch_predict_breast_cancer, storage from the env."""
+    from sqlalchemy import select
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    bag = DagBag(dag_folder=DAGS)
+    assert not bag.import_errors, bag.import_errors
+    retrain = bag.dags["retrain_breast_cancer"]
+    batch = bag.dags["batch_predict_breast_cancer"]
+    dr = retrain.test(run_conf={"param_space": {"max_depth": {"grid_search": [2]}},
+                                "tune_epochs": 2, "train_epochs": 3,
+                                "gate": {"accuracy": ">=0.5"}})
+    result = {"retrain": {"state": _state(dr.state), "xcom": _all_xcom(dr, retrain.dag_id)}}
+    dr = batch.test(run_conf={})
+    result["batch_predict"] = {"state": _state(dr.state), "xcom": _all_xcom(dr, batch.dag_id)}
+    with create_session() as session:
+        result["asset_events"] = [{"extra": e.extra, "source": e.source_dag_id}
+                                  for e in session.scalars(select(AssetEvent))]
+    _write(out, result)
+
+
 def _write(out: str, data: dict) -> None:
     with open(out + ".tmp", "w") as fh:
         json.dump(data, fh, default=str)
@@ -358,6 +430,8 @@ if __name__ == "__main__":
         _parse(out_path)
     elif scenario == "runs":
         _runs(out_path, *rest)
+    elif scenario == "secrets":
+        _secrets(out_path)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     sys.exit(0)
