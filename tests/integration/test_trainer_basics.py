@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -242,7 +243,9 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     """The engine's local Ray starts its own instance even when a stale
     ``ray_current_cluster`` file (left by ``ray start`` or a test Cluster) points at a
     dead cluster, which a plain ``ray.init()`` would try to join; and Ray's default
-    renice of workers by 15 is undone, so training competes as torchrun's would."""
+    renice of workers by 15 is undone, so training competes as torchrun's would. When
+    the script ends, none of the instance's processes outlives it (the engine stops
+    Ray's autoscaler monitor itself at exit, ahead of Ray's slower shutdown)."""
     import shutil
     import subprocess
     import sys
@@ -257,6 +260,9 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     code = ("import os, ray\n"
             "from engine._internal.ray_utils import ensure_ray\n"
             "ensure_ray()\n"
+            "node = ray._private.worker._global_node\n"
+            "print(sorted(i.process.pid for infos in node.all_processes.values() "
+            "for i in infos))\n"
             "print(ray.get(ray.remote(lambda: os.nice(0)).remote()) - os.nice(0))\n")
     env = driver_env()
     env["RAY_TMPDIR"] = ray_tmp
@@ -266,4 +272,17 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "0"
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "0"
+    pids = json.loads(lines[-2])
+    assert len(pids) >= 4  # GCS, raylet, monitor, log monitor, ...
+    alive = [pid for pid in pids if _alive(pid)]
+    assert not alive, f"Ray processes outlived the script: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
