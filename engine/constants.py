@@ -25,6 +25,9 @@ POLL_TIMEOUT_S = 0.5
 # of one per report (each round trip is about a millisecond of the worker's CPU).
 REPORT_BATCH_WINDOW_S = 0.1
 
+# "0" turns off the worker's gc.freeze() before train_func (see engine/_internal/worker.py).
+GC_FREEZE_ENV_VAR = "TRAINYARD_GC_FREEZE"
+
 # Seconds a worker may take to answer a poll before it counts as unhealthy.
 HEALTH_CHECK_TIMEOUT_ENV_VAR = "TRAINYARD_HEALTH_CHECK_TIMEOUT_S"
 DEFAULT_HEALTH_CHECK_TIMEOUT_S = 60.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import socket
@@ -10,6 +11,7 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from engine import constants
 from engine._internal import session as _session
 
 
@@ -32,6 +34,29 @@ def _call_train_func(train_func: Callable, config: Optional[Dict[str, Any]]) -> 
     if len(params) == 0:
         return train_func()
     return train_func(config if config is not None else {})
+
+
+def _freeze_startup_objects() -> None:
+    """Move every object alive now (Ray's, the frameworks' and the engine's modules) out
+    of the cyclic garbage collector's reach before ``train_func`` runs.
+
+    A Ray worker's heap is several times a plain training process's, and each of the
+    collector's full passes walks all of it: in a loop that allocates (a small DDP
+    model's steps) that made the same loop about 10 % slower than under torchrun
+    (measured in a plain Ray actor as in ours). Frozen objects are still freed when
+    their reference count drops; only cycles among them wait for ``gc.unfreeze()``, so
+    garbage is collected first. ``TRAINYARD_GC_FREEZE=0`` turns this off."""
+    if os.environ.get(constants.GC_FREEZE_ENV_VAR, "1") == "0":
+        return
+    gc.collect()
+    gc.freeze()
+
+
+def _unfreeze() -> None:
+    """After ``train_func``: a reused worker (the Tuner's) collects the last trial's
+    cycles before it freezes again."""
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 def _name_log_prefix(rank: int) -> None:
@@ -95,11 +120,13 @@ class TrainWorker:
             try:
                 if before_train is not None:
                     before_train()
+                _freeze_startup_objects()
                 _call_train_func(train_func, config)
             except BaseException as exc:  # noqa: BLE001 - reported to the driver
                 session.error = exc
                 session.traceback_str = traceback.format_exc()
             finally:
+                _unfreeze()
                 session.mark_finished()
 
         self._thread = threading.Thread(target=run, name="trainyard-train", daemon=True)

@@ -76,3 +76,21 @@ def test_round_tracker_detects_uneven_reports():
     t.finish(1)
     msg = t.mismatch()
     assert "rank 0: 2, rank 1: 1" in msg and "same number of times" in msg
+
+
+def test_gc_freeze_can_be_turned_off(monkeypatch):
+    import gc
+
+    from engine._internal import worker
+
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv("TRAINYARD_GC_FREEZE", "0")
+    worker._freeze_startup_objects()
+    assert gc.get_freeze_count() == 0
+    monkeypatch.delenv("TRAINYARD_GC_FREEZE")
+    try:
+        worker._freeze_startup_objects()
+        assert gc.get_freeze_count() > 0
+    finally:
+        worker._unfreeze()
+    assert gc.get_freeze_count() == 0
