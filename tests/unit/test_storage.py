@@ -102,9 +102,9 @@ NETWORK = ("When reading information for key 'k': AWS Error NETWORK_CONNECTION d
 
 
 def test_remote_storage_retries_transient_errors_then_succeeds(monkeypatch, caplog):
-    import engine._internal.storage as storage_mod
+    import engine._internal.storage_retry as retry_mod
 
-    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     fs = _FlakyFS(3, NETWORK)
     with caplog.at_level("WARNING", logger="engine"):
         assert Storage(fs, "bucket/run").read_bytes("bucket/run/x") == b"payload"
@@ -115,9 +115,9 @@ def test_remote_storage_retries_transient_errors_then_succeeds(monkeypatch, capl
 
 
 def test_remote_storage_gives_up_after_the_budget_and_never_retries_real_errors(monkeypatch):
-    import engine._internal.storage as storage_mod
+    import engine._internal.storage_retry as retry_mod
 
-    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     monkeypatch.setenv("TRAINYARD_STORAGE_RETRY_S", "0")
     fs = _FlakyFS(100, NETWORK)
     with pytest.raises(OSError, match="NETWORK_CONNECTION"):
