@@ -19,9 +19,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import numpy as np
 import pyarrow as pa
 
-from engine._internal import storage as _storage
 from engine.exceptions import ConfigError
-from tasks import _store
+from engine.storage import Storage, is_uri, join, redact, resolve
 from tasks.refs import DatasetRef
 
 logger = logging.getLogger("tasks")
@@ -61,7 +60,7 @@ def open_source(source: str, format: Optional[str] = None) -> Source:
     if source.startswith("sklearn:"):
         raise ConfigError(f"Unknown built-in data set {source!r}: use one of "
                           f"{['sklearn:' + n for n in sorted(BUILTIN_SOURCES)]}.")
-    if not _storage.is_uri(source) and not os.path.isabs(os.path.expanduser(source)):
+    if not is_uri(source) and not os.path.isabs(os.path.expanduser(source)):
         raise ConfigError(
             f"ingest(source={source!r}) is neither a built-in data set "
             f"({', '.join(sorted(BUILTIN_SOURCES))}) nor an absolute path or URI: pass "
@@ -85,9 +84,9 @@ def _builtin(name: str) -> Source:
 def _files(source: str, format: Optional[str]) -> Source:
     import pyarrow.dataset as pds
 
-    shown = _store.display(source)
-    fs, inner = _storage.resolve(source if _storage.is_uri(source)
-                                 else os.path.abspath(os.path.expanduser(source)))
+    shown = redact(source)
+    fs, inner = resolve(source if is_uri(source)
+                        else os.path.abspath(os.path.expanduser(source)))
     paths = data_files(fs, inner)
     if not paths:
         raise ConfigError(f"ingest: {shown!r} does not exist or holds no data files.")
@@ -137,7 +136,7 @@ def scan(ref: DatasetRef, columns: Optional[List[str]] = None) -> Iterator[pa.Re
     """The batches of a data set, in file order."""
     import pyarrow.dataset as pds
 
-    fs, inner = _storage.resolve(ref.uri)
+    fs, inner = resolve(ref.uri)
     paths = data_files(fs, inner)
     if not paths:
         raise ConfigError(f"Data set {ref.uri!r} holds no data files (was it deleted?).")
@@ -199,7 +198,7 @@ class ParquetSink:
     """Writes batches as ``part-00000.parquet``… (``ROWS_PER_FILE`` rows each) under a
     directory, fingerprinting them on the way."""
 
-    def __init__(self, st: _storage.Storage, directory: str, schema: pa.Schema) -> None:
+    def __init__(self, st: Storage, directory: str, schema: pa.Schema) -> None:
         self.st, self.directory, self.schema = st, directory, schema
         self.fingerprint = Fingerprint(schema)
         self._writer: Any = None
@@ -222,7 +221,7 @@ class ParquetSink:
 
         self._close_file()
         self.st.makedirs(self.directory)
-        path = _storage.join(self.directory, f"part-{self._files:05d}.parquet")
+        path = join(self.directory, f"part-{self._files:05d}.parquet")
         self._stream = self.st.fs.open_output_stream(path)
         self._writer = pq.ParquetWriter(self._stream, self.schema)
         self._files += 1
@@ -247,12 +246,12 @@ def schema_dict(schema: pa.Schema) -> Dict[str, str]:
     return {f.name: str(f.type) for f in schema}
 
 
-def staging_dir(st: _storage.Storage, parent: str) -> str:
-    return _storage.join(parent, f".staging-{uuid.uuid4().hex[:12]}")
+def staging_dir(st: Storage, parent: str) -> str:
+    return join(parent, f".staging-{uuid.uuid4().hex[:12]}")
 
 
-def load_manifest(st: _storage.Storage, directory: str) -> Optional[DatasetRef]:
-    data = st.read_json(_storage.join(directory, MANIFEST))
+def load_manifest(st: Storage, directory: str) -> Optional[DatasetRef]:
+    data = st.read_json(join(directory, MANIFEST))
     if data is None:
         return None
     ref = DatasetRef.from_dict(data)
@@ -260,7 +259,7 @@ def load_manifest(st: _storage.Storage, directory: str) -> Optional[DatasetRef]:
     return ref
 
 
-def commit(st: _storage.Storage, staging: str, final: str, ref: DatasetRef) -> DatasetRef:
+def commit(st: Storage, staging: str, final: str, ref: DatasetRef) -> DatasetRef:
     """Make ``staging`` the data set at ``final``; if a committed copy is there already
     (the same content: the name holds the fingerprint), keep that one.
 
@@ -276,9 +275,9 @@ def commit(st: _storage.Storage, staging: str, final: str, ref: DatasetRef) -> D
     ref.uri = st.display(final)
     if not st.local:
         st.move(staging, final)
-        st.write_json_atomic(_storage.join(final, MANIFEST), ref.to_dict())
+        st.write_json_atomic(join(final, MANIFEST), ref.to_dict())
         return ref
-    st.write_json_atomic(_storage.join(staging, MANIFEST), ref.to_dict())
+    st.write_json_atomic(join(staging, MANIFEST), ref.to_dict())
     try:
         os.replace(staging, final)
     except OSError:  # ``final`` exists: another writer's copy, or debris without manifest
