@@ -66,6 +66,9 @@ def commit_dir(st: "Storage", staging: str, dest: str, marker: Dict[str, Any],
     if not st.local:
         if existing is not None:
             st.delete_dir(dest)  # marker first: from here on it reads as uncommitted
+        # A marker staged along (a copy of a committed directory) would commit ``dest``
+        # as soon as it was moved, before the other files: only the new one, last.
+        st._delete_commit_marker(staging)
         st.move(staging, dest)
         write_commit_marker(st, dest, marker)
         return marker

@@ -267,3 +267,25 @@ def test_a_commit_killed_midway_on_s3_is_not_committed(st, s3_storage_path, tmp_
     st.upload_dir(str(src), staging)
     assert st.commit_dir(staging, dest, {"index": 3}) == {"index": 3}
     assert st.list_files(dest) == [constants.COMMIT_MARKER, "part-0", "part-1"]
+
+
+def test_a_marker_staged_along_is_not_moved_before_the_files(st, tmp_path, monkeypatch):
+    """A staged copy of a committed directory carries the old marker: moved first, it
+    would commit the destination before its files; the commit writes the new one last."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    (src / constants.COMMIT_MARKER).write_text('{"index": 0}')
+    staging, dest = f"{st.root}/.staging/a", f"{st.root}/checkpoint_000001"
+    st.upload_dir(str(src), staging)
+    seen = []
+    real = Storage._move_file
+
+    def watch(self, a, b):
+        seen.append((b.rsplit("/", 1)[-1], self.read_commit_marker(dest)))
+        real(self, a, b)
+
+    monkeypatch.setattr(Storage, "_move_file", watch)
+    st.commit_dir(staging, dest, {"index": 1})
+    assert seen == [("model.pt", None)]
+    assert st.read_commit_marker(dest) == {"index": 1}
