@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import pyarrow.fs as pafs
 
 from engine import constants
+from engine import preprocessors as _pp
 from engine._internal import storage as _storage
 from engine.exceptions import CheckpointError
 
@@ -145,10 +146,8 @@ class Checkpoint:
         only. Predictors pass ``allow_pickle=False`` unless told otherwise, and then a
         pickled preprocessor is a :class:`CheckpointError`.
         """
-        from engine._internal.data import load_preprocessor
-
-        return load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path,
-                                 allow_pickle=allow_pickle)
+        return _pp.load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path,
+                                     allow_pickle=allow_pickle)
 
     def get_internal_representation(self) -> Tuple[str, str]:
         """``("local_path", path)`` or ``("uri", uri)``, as in the seed pages."""
@@ -256,8 +255,6 @@ def _owned_checkpoint(cls: type, prefix: str, write_model: Any,
     tmp = tempfile.mkdtemp(prefix=prefix)
     write_model(tmp)
     if preprocessor is not None:
-        from engine import preprocessors as _pp
-
         name, data = _pp.dumps(preprocessor)
         with open(os.path.join(tmp, name), "wb") as f:
             f.write(data)
