@@ -59,6 +59,9 @@ LOGGER_REMOTE_FLUSH_PERIOD_S = 60.0
 # Where Result.plot() writes its PNG when no path is given (inside the run directory).
 PLOT_FILE = "learning_curve.png"
 
+# RunConfig(metrics_reduce={"loss": "mean"}): how a metric may be reduced across ranks.
+METRICS_REDUCE_OPS = ("mean", "sum", "min", "max")
+
 # The fields every report gets from the engine (the seed's result.metrics listing).
 AUTOMATIC_FIELDS = (
     "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "done",

@@ -153,3 +153,13 @@ def test_engine_has_no_import_cycle():
         "Import cycle inside engine/: " + " -> ".join(cycle or [])
         + ". Move what both sides need into a lower module (see engine/predictor.py, "
         "engine/preprocessors.py) instead of hiding the cycle in a function.")
+
+
+def test_config_imports_nothing_above_it():
+    # RunConfig and friends are what every other engine module reads: they may use the
+    # constants, the exceptions and leaf helpers, nothing that could import them back.
+    allowed = {"engine.constants", "engine.exceptions", "engine._internal.uris"}
+    graph = import_graph()
+    assert graph["engine.config"] <= allowed, sorted(graph["engine.config"] - allowed)
+    for leaf in allowed:
+        assert graph[leaf] <= {"engine.constants", "engine.exceptions"}, (leaf, graph[leaf])
