@@ -16,7 +16,7 @@ import numpy as np
 from engine._internal import batches as _batches
 from engine.checkpoint import Checkpoint
 from engine.constants import DEFAULT_PREDICT_BATCH_SIZE as DEFAULT_BATCH_SIZE
-from engine.exceptions import ConfigError, FrameworkMismatchError, MissingColumnsError
+from engine.exceptions import ConfigError, FrameworkMismatchError
 
 # Framework name (a model card's "framework") -> predictor class, or "module:Class" to
 # import on first use, so that this module never imports a framework. A subclass that

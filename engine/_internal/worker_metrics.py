@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-from engine.constants import METRICS_REDUCE_OPS as REDUCE_OPS
-
 
 def reduce_metrics(all_metrics: List[Dict[str, Any]], spec: Optional[Mapping[str, str]]
                    ) -> Dict[str, float]:
