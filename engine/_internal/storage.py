@@ -64,8 +64,8 @@ logger = logging.getLogger("engine")
 # filesystem is retried with exponential backoff while its error looks transient, for
 # up to $TRAINYARD_STORAGE_RETRY_S seconds (default 120); each is idempotent (a PUT of
 # the same bytes, a delete, a move that checks whether it already happened).
-RETRY_ENV_VAR = "TRAINYARD_STORAGE_RETRY_S"
-DEFAULT_RETRY_S = 120.0
+RETRY_ENV_VAR = constants.STORAGE_RETRY_ENV_VAR
+DEFAULT_RETRY_S = constants.DEFAULT_STORAGE_RETRY_S
 _TRANSIENT = re.compile(
     r"NETWORK_CONNECTION|Timeout was reached|curlCode|timed out|Connection refused|"
     r"connection reset|Couldn't connect|Could not connect|SLOW_DOWN|SlowDown|"
@@ -259,7 +259,7 @@ def resolve(path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
     return fs, path.rstrip("/")
 
 
-MEMORY_ROOT_ENV_VAR = "TRAINYARD_MEMORY_STORAGE_ROOT"
+MEMORY_ROOT_ENV_VAR = constants.MEMORY_STORAGE_ROOT_ENV_VAR
 
 
 def memory_storage_root() -> str:
