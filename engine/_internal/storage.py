@@ -9,8 +9,8 @@ file, and deleting a committed directory removes its commit marker first, so a
 half-deleted checkpoint never looks committed.
 
 The public face of this module is ``engine.storage``; the parts live beside it:
-``storage_uri`` (paths, URIs, the storage root), ``storage_retry`` (which errors are
-retried), ``storage_commit`` (the atomic directory commit) and ``redaction`` (secrets
+``storage_paths`` (paths and URIs to filesystems, the storage root), ``storage_retry`` (which errors are
+retried), ``storage_commit`` (the atomic directory commit) and ``uris`` (secrets
 kept out of logs). Their names are importable from here too, as before.
 """
 
@@ -29,13 +29,13 @@ import pyarrow.fs as pafs
 
 from engine import constants
 from engine._internal import storage_commit as _commit
-from engine._internal.redaction import redact, safe_reason, scrub
+from engine._internal.storage_paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
+                                            default_root, is_uri, join,
+                                            memory_storage_path, memory_storage_root,
+                                            remember_filesystem, resolve)
 from engine._internal.storage_retry import (DEFAULT_RETRY_S, RETRY_ENV_VAR, is_transient,
                                             retrying, service_error)
-from engine._internal.storage_uri import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
-                                          default_root, is_uri, join, memory_storage_path,
-                                          memory_storage_root, remember_filesystem,
-                                          resolve)
+from engine._internal.uris import redact, safe_reason, scrub
 from engine.exceptions import StorageError
 
 __all__ = [

@@ -28,7 +28,7 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from engine import constants
-from engine._internal.storage_uri import join
+from engine._internal.storage_paths import join
 
 if TYPE_CHECKING:
     from engine._internal.storage import Storage

@@ -28,10 +28,11 @@ import threading
 import time
 from typing import Any, Callable, Optional, Tuple, TypeVar
 
-from engine._internal.redaction import safe_reason
+from engine import constants
+from engine._internal.uris import safe_reason
 
-RETRY_ENV_VAR = "TRAINYARD_STORAGE_RETRY_S"
-DEFAULT_RETRY_S = 120.0
+RETRY_ENV_VAR = constants.STORAGE_RETRY_ENV_VAR
+DEFAULT_RETRY_S = constants.DEFAULT_STORAGE_RETRY_S
 logger = logging.getLogger("engine")
 
 # errno values of failures that pass: the network or the server, not the request.

@@ -1,8 +1,8 @@
-"""Keeping secrets out of what the engine shows: URIs without credentials or query, known
-secret values masked in logs, errors and the run record.
+"""Text that is safe to show: URIs without credentials or query (endpoint) parameters,
+and known secret values masked in logs, errors and the run record.
 
-Kept apart from the storage code (and free of pyarrow) so that modules low in the engine,
-``config.py`` among them, can redact a URI without importing the storage layer.
+A leaf module (standard library only), so that the lowest layers, ``engine.config``
+among them, can redact a URI without importing the storage layer.
 """
 
 from __future__ import annotations

@@ -30,13 +30,13 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from engine import constants
-from engine._internal.redaction import learn_secrets, redact, safe_reason
+from engine._internal.uris import learn_secrets, redact, safe_reason
 from engine.exceptions import StorageError
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs", "abfs", "abfss")
 # Filesystems without directories or rename (pyarrow ``type_name``).
 OBJECT_STORE_TYPES = ("s3", "gcs")
-MEMORY_ROOT_ENV_VAR = "TRAINYARD_MEMORY_STORAGE_ROOT"
+MEMORY_ROOT_ENV_VAR = constants.MEMORY_STORAGE_ROOT_ENV_VAR
 
 # (scheme, bucket) -> the filesystem opened for it from a URI with an endpoint or
 # credentials, so that a bare URI of the same bucket (Checkpoint.uri) reopens it.
