@@ -3,7 +3,8 @@
 It holds the state, the committed checkpoints with their scores, and every round's
 metrics (rank 0's and all ranks'). It is written before any old checkpoint is deleted,
 so a crash at any point leaves a record that a resume can trust; checkpoint directories
-committed after the last snapshot are adopted from their commit markers.
+committed after the last snapshot are adopted from their commit markers. It also builds
+the ``Result`` a run (or a Tuner's stored trial) returns.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from engine import constants
 from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
 from engine._internal.storage import Storage, join, scrub
+from engine.checkpoint import Checkpoint
 from engine.config import CheckpointConfig
+from engine.exceptions import StorageError
+from engine.result import Result
+
+if TYPE_CHECKING:
+    from engine._internal.report_handler import Round
 
 logger = logging.getLogger("engine")
 
@@ -36,7 +43,24 @@ class RunRecord:
 
     # --- lifecycle -------------------------------------------------------------
     def load(self) -> None:
-        data = self.storage.read_json(self.path)
+        """Read the record, or start a new one when there is none.
+
+        Raises:
+            StorageError: The record is not valid JSON or not a record; nothing is touched.
+        """
+        try:
+            data = self.storage.read_json(self.path)
+            self._apply(data)
+        except ValueError as exc:  # json.JSONDecodeError, or a record of the wrong shape
+            raise StorageError(
+                f"The run record {self.storage.display(self.path)} of run "
+                f"{self.name!r} is not valid ({type(exc).__name__}: {exc}); nothing was "
+                "deleted and its checkpoints are untouched. Restore the file from a backup, "
+                "or move it aside to start this run name afresh (its committed "
+                "checkpoint_* directories stay usable with Checkpoint.from_directory), or "
+                "pick another RunConfig(name=...).") from None
+
+    def _apply(self, data: Optional[Dict[str, Any]]) -> None:
         if data is None:
             self.data = {"version": constants.RUN_STATE_VERSION, "name": self.name,
                          "state": "NEW", "created_at": time.time(), "failures": 0,
@@ -88,6 +112,10 @@ class RunRecord:
     def add_round(self, metrics: Dict[str, Any], all_ranks: List[Dict[str, Any]]) -> None:
         self.history.append({k: v for k, v in metrics.items() if k != "config"})
         self.worker_history.append(all_ranks[1:])
+
+    def after_report(self, rnd: "Round") -> None:
+        """A report callback: the round's row."""
+        self.add_round(rnd.metrics, rnd.all_metrics)
 
     def last_metrics(self) -> Optional[Dict[str, Any]]:
         if not self.history:
@@ -148,6 +176,47 @@ class RunRecord:
         if error is not None:
             self.data["error"] = scrub(error)[:10_000]  # no credentials in the record
         self.save(manager)
+
+    # --- results -----------------------------------------------------------------
+    def checkpoint(self, tracked: TrackedCheckpoint) -> Checkpoint:
+        """A committed checkpoint of this run, with the metrics it was reported with."""
+        ckpt = Checkpoint(join(self.storage.root, tracked.dir_name), self.storage.fs)
+        ckpt.metrics = tracked.metrics
+        return ckpt
+
+    def build_result(self, manager: CheckpointManager, *, done: bool,
+                     config: Optional[Dict[str, Any]], error: Optional[BaseException] = None,
+                     failures: int = 0, callback_errors: Optional[List[str]] = None,
+                     fallback_metrics: Optional[Dict[str, Any]] = None) -> Result:
+        """The run's ``Result``: its last round's metrics (``fallback_metrics`` when it
+        holds none), its checkpoints and its history."""
+        latest = manager.latest
+        metrics = dict(self.last_metrics() or fallback_metrics or {})
+        if metrics:
+            metrics["done"] = done
+        return Result(
+            metrics=metrics,
+            checkpoint=self.checkpoint(latest) if latest else None,
+            best_checkpoints=[(self.checkpoint(t), t.metrics) for t in manager.best()],
+            error=error,
+            path=self.storage.display(),
+            config=config,
+            num_failures=failures,
+            history=self.history,
+            worker_history=self.worker_history,
+            callback_errors=callback_errors if callback_errors is not None else [],
+        )
+
+    def stored_result(self, config: CheckpointConfig,
+                      train_loop_config: Optional[Dict[str, Any]],
+                      error: Optional[BaseException] = None) -> Result:
+        """The ``Result`` a stored run holds, read without running anything (a Tuner's
+        restored trial); ``metrics["done"]`` only when it finished."""
+        self.load()
+        manager = CheckpointManager.from_json(config, self.data.get("checkpoints"))
+        return self.build_result(manager, done=error is None and self.state == "FINISHED",
+                                 config=train_loop_config, error=error,
+                                 failures=int(self.data.get("failures", 0)))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -2,55 +2,14 @@
 
 from __future__ import annotations
 
-from typing import List
-
 import pytest
 
 from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import Controller, RunSpec, RunState
-from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult, WorkerMeta
+from engine._internal.worker_group import PollResult
 from engine.callbacks import Callback
-
-
-class FakeGroup:
-    """Plays back one scripted attempt: a list of poll answers."""
-
-    attempts: List[List[List[PollResult]]] = []
-    started = 0
-
-    def __init__(self, scaling, env=None, needs_data_cpus=False):
-        self.scaling = scaling
-        self.meta = [WorkerMeta("n", "127.0.0.1", "h", 100 + r, [], world_rank=r,
-                                local_rank=r, local_world_size=scaling.num_workers)
-                     for r in range(scaling.num_workers)]
-        self.script = FakeGroup.attempts[FakeGroup.started]
-        FakeGroup.started += 1
-        self.shut = False
-
-    def __len__(self):
-        return len(self.meta)
-
-    def start(self):
-        pass
-
-    def check_storage(self, storage):
-        pass
-
-    def start_training(self, train_func, config, session_args, before_train=None):
-        assert [a["context"].world_rank for a in session_args] == list(range(len(self)))
-        self.session_args = session_args
-
-    def poll(self, timeout):
-        return self.script.pop(0) if self.script else []
-
-    def shutdown(self, graceful=False):
-        self.shut = True
-
-
-def item(iteration, **metrics):
-    return ReportItem(iteration, dict(metrics, training_iteration=iteration))
+from tests.fakes import FakeWorkerGroup, died, item, raised
 
 
 def both(iteration, finished=False, **metrics):
@@ -78,15 +37,13 @@ class Recorder(Callback):
 
 
 def run(tmp_path, attempts, max_failures=0, callbacks=()):
-    FakeGroup.attempts = attempts
-    FakeGroup.started = 0
     spec = RunSpec(train_func=lambda: None, train_loop_config={"k": 1},
                    scaling_config=ScalingConfig(num_workers=2),
                    run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
                                         callbacks=list(callbacks),
                                         failure_config=FailureConfig(max_failures)),
                    backend_config=BackendConfig())
-    controller = Controller(spec, worker_group_cls=FakeGroup)
+    controller = Controller(spec, worker_group_cls=FakeWorkerGroup.scripted(attempts))
     states = []
     original = controller._step
 
@@ -122,18 +79,18 @@ def test_rounds_wait_for_every_rank(tmp_path):
 
 def test_worker_death_retries_then_finishes(tmp_path):
     rec = Recorder()
-    first = [both(1, x=1), [PollResult(1, [], died="ActorDiedError")]]
+    first = [both(1, x=1), [died(1)]]
     second = [both(2, x=2), done()]
     controller, states = run(tmp_path, [first, second], max_failures=1, callbacks=[rec])
     result = controller.run()
     assert RunState.RESTARTING in states
     assert states.count(RunState.SCHEDULING) == 2
     assert result.num_failures == 1 and result.metrics["x"] == 2
-    assert ("failure", "WorkerError") in rec.events and ("retry", 1) in rec.events
+    assert ("failure", "WorkerDiedError") in rec.events and ("retry", 1) in rec.events
 
 
 def test_retries_exhausted_raise_with_partial_result(tmp_path):
-    first = [both(1, x=1), [PollResult(1, [], error=("ValueError: boom", "Traceback ..."))]]
+    first = [both(1, x=1), [raised(1, ValueError("boom"), "Traceback ...")]]
     controller, _ = run(tmp_path, [first], max_failures=0)
     with pytest.raises(TrainingFailedError, match="rank 1.*ValueError: boom") as info:
         controller.run()
@@ -147,7 +104,7 @@ def test_uneven_reports_are_not_retried(tmp_path):
     controller, _ = run(tmp_path, [script, script], max_failures=3)
     with pytest.raises(TrainingFailedError, match="same number of times"):
         controller.run()
-    assert FakeGroup.started == 1
+    assert len(controller.worker_group_cls.started) == 1
 
 
 def test_silent_workers_fail_the_health_check(tmp_path, monkeypatch):
@@ -158,7 +115,7 @@ def test_silent_workers_fail_the_health_check(tmp_path, monkeypatch):
 
 
 def test_forever_retries_with_minus_one(tmp_path):
-    dead = [[PollResult(0, [], died="ActorDiedError")]]
+    dead = [[died(0)]]
     attempts = [list(dead) for _ in range(5)] + [[both(1, x=9), done()]]
     controller, _ = run(tmp_path, attempts, max_failures=-1)
     assert controller.run().num_failures == 5
@@ -166,8 +123,9 @@ def test_forever_retries_with_minus_one(tmp_path):
 
 def test_a_dead_rank_is_blamed_over_its_peers_broken_collective(tmp_path):
     script = [both(1, x=1),
-              [PollResult(0, [], error=("RuntimeError: gloo connection reset", "tb"))],
-              [PollResult(1, [], died="ActorDiedError")]]
+              [raised(0, RuntimeError("gloo connection reset"))],
+              [died(1)]]
     controller, _ = run(tmp_path, [script], max_failures=0)
     with pytest.raises(TrainingFailedError, match=r"rank 1.*died.*gloo connection reset"):
         controller.run()
+

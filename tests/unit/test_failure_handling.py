@@ -7,10 +7,15 @@ import pickle
 
 import pytest
 
+from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from engine._internal import failure_diagnosis as diagnosis
+from engine._internal.backend import BackendConfig
+from engine._internal.controller import Controller, RunSpec
 from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
+from engine._internal.worker_group import PollResult
 from engine.exceptions import (CollectiveTimeoutError, UserCodeError, WorkerDiedError,
                                WorkerError, WorkerHealthCheckError)
+from tests.fakes import FakeWorkerGroup, item, raised
 
 RETRY, RAISE = FailureDecision.RETRY, FailureDecision.RAISE
 TYPED = [WorkerDiedError, WorkerHealthCheckError, CollectiveTimeoutError, UserCodeError]
@@ -145,3 +150,48 @@ def test_capture_stacks_never_hides_the_failure():
             return f"stack of {rank}"
 
     assert diagnosis.capture_stacks(Group(), [0, 1]) == {0: "stack of 0", 1: ""}
+
+
+# --- through the controller ----------------------------------------------------------
+class _Stalling(BackendConfig):
+    @property
+    def stall_timeout_s(self):
+        return 0.0  # the watchdog fires at the first poll
+
+
+def _fit(tmp_path, attempts, backend=None, stacks=None, max_failures=0):
+    group = FakeWorkerGroup.scripted(attempts, stacks)
+    spec = RunSpec(train_func=lambda: None, train_loop_config={},
+                   scaling_config=ScalingConfig(num_workers=2),
+                   run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
+                                        failure_config=FailureConfig(max_failures)),
+                   backend_config=backend or BackendConfig())
+    with pytest.raises(TrainingFailedError) as info:
+        Controller(spec, worker_group_cls=group).run()
+    return info.value
+
+
+def test_the_controller_reports_a_collective_timeout_with_the_missing_rank(tmp_path):
+    timeout = raised(0, RuntimeError("[gloo] Timed out waiting 5000ms"))
+    error = _fit(tmp_path, [[[timeout]]], stacks={1: "    time.sleep(120)\n"})
+    assert isinstance(error.__cause__, CollectiveTimeoutError)
+    assert "collective timed out: rank 0 waited in it past the backend timeout" in str(error)
+    assert "rank 1 never arrived" in str(error)
+    assert "rank 1 was at:\n    time.sleep(120)" in str(error)
+
+
+def test_the_controller_reports_a_stall_from_the_backends_watchdog(tmp_path):
+    reports = [PollResult(0, [item(1, rank=0)]), PollResult(1, [item(1, rank=1)])]
+    error = _fit(tmp_path, [[reports]], backend=_Stalling(),
+                 stacks={0: "  at a\n", 1: "  at b\n"})
+    assert isinstance(error.__cause__, CollectiveTimeoutError)
+    assert "no rank reported for 0 s (_Stalling(timeout_s=0))" in str(error)
+    assert "rank 0 was at:\n  at a" in str(error) and "rank 1 was at:\n  at b" in str(error)
+
+
+def test_the_controller_retries_a_silent_group_then_gives_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_HEALTH_CHECK_TIMEOUT_S", "0.01")
+    error = _fit(tmp_path, [[], []], max_failures=1)
+    assert isinstance(error.__cause__, WorkerHealthCheckError)
+    assert error.result.num_failures == 1
+
