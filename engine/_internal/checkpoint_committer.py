@@ -1,9 +1,16 @@
 """Committing, adopting and deleting a run's checkpoints in storage.
 
-``CheckpointManager`` decides (numbering, retention); this does the I/O: the ranks'
-staged files move into ``checkpoint_<n>`` with the preprocessor and the model card, the
-commit marker makes the checkpoint count, the run record is saved, and only then are
-the checkpoints retention dropped deleted.
+``CheckpointManager`` decides (numbering, retention); this does the I/O, in an order a
+driver killed at any point survives:
+
+1. the ranks' staged files move into ``checkpoint_<n>``, with the preprocessor and the
+   model card;
+2. the run record is saved, holding the checkpoint *and* the round it belongs to in one
+   atomic write (a resume keeps the rounds up to its checkpoint, so a record that held
+   the checkpoint without its round lost that round for good);
+3. the commit marker is written: from now on the checkpoint counts. Until then a resume
+   drops it (the record lists it, but its marker is missing) and redoes the round;
+4. only then are the checkpoints retention dropped deleted.
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ class CheckpointCommitter:
 
     def commit(self, iteration: int, items: Dict[int, ReportItem],
                metrics: Dict[str, Any]) -> Checkpoint:
-        """Commit the files every rank staged for ``iteration`` as the next checkpoint."""
+        """Commit the files every rank staged for ``iteration`` as the next checkpoint.
+        The record must already hold the round (``RunRecord.add_round``)."""
         index = self.manager.next_index
         dest = _storage.join(self.storage.root, self.manager.next_dir_name())
         taken = self._move_staged(items, dest)
@@ -95,16 +103,16 @@ class CheckpointCommitter:
 
     def _publish(self, dest: str, index: int, iteration: int, metrics: Dict[str, Any],
                  files: List[str]) -> None:
-        """Commit a directory whose files are in place: marker, record, deletions."""
+        """Steps 2-4 of the module docstring for a directory whose files are in place."""
         st = self.storage
+        dropped = self.manager.register(index, iteration, metrics)
+        self.record.save(self.manager)
         marker = {"index": index, "iteration": iteration, "metrics": metrics,
                   "files": files, "committed_at": time.time()}
         try:
             st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
         except OSError as exc:
             raise CheckpointError(f"Could not commit checkpoint {dest}: {exc}") from exc
-        dropped = self.manager.register(index, iteration, metrics)
-        self.record.save(self.manager)  # the record first, then deletions
         for old in dropped:
             st.delete_dir(_storage.join(st.root, old.dir_name))
 

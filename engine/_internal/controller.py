@@ -73,9 +73,9 @@ class Controller:
         self.storage = _storage.Storage(root.fs, _storage.join(root.root, self.name))
         self.record = RunRecord(self.storage, self.name)
         self.checkpoints = CheckpointCommitter(self.storage, self.record, spec, self.name)
-        # Each round: the committer commits its checkpoint, the record takes its row,
-        # then the callbacks see both.
-        self.reports = ReportHandler([self.checkpoints, self.record,
+        # Each round: the record takes its row, the committer commits its checkpoint
+        # (saving the record with it), then the callbacks see both.
+        self.reports = ReportHandler([self.record, self.checkpoints,
                                       UserCallbacks(self.callbacks)])
         self.group: Optional[WorkerGroup] = None
         self.tracker: Optional[RoundTracker] = None

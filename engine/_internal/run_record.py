@@ -1,10 +1,11 @@
 """The run record: a versioned JSON snapshot of a run, written atomically.
 
 It holds the state, the committed checkpoints with their scores, and every round's
-metrics (rank 0's and all ranks'). It is written before any old checkpoint is deleted,
-so a crash at any point leaves a record that a resume can trust; checkpoint directories
-committed after the last snapshot are adopted from their commit markers. It also builds
-the ``Result`` a run (or a Tuner's stored trial) returns.
+metrics (rank 0's and all ranks'). It is written with each checkpoint, before that
+checkpoint's commit marker and before any old checkpoint is deleted, so a crash at any
+point leaves a record that a resume can trust (see ``checkpoint_committer``); checkpoint
+directories committed after the last snapshot are adopted from their commit markers.
+It also builds the ``Result`` a run (or a Tuner's stored trial) returns.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class RunRecord:
         self.trial_id = ""
         self.experiment_id = ""
         self._config_json: Any = None
+        self._restoring = False
 
     # --- lifecycle -------------------------------------------------------------
     def load(self) -> None:
@@ -80,6 +82,7 @@ class RunRecord:
                 data["restores"] = int(data.get("restores", 0)) + 1
                 data["last_restore"] = {"at": time.time(), "previous_state": data["state"],
                                         "checkpoint": latest.get("dir_name")}
+                self._restoring = True
             self.history = list(data.get("history", []))
             self.worker_history = list(data.get("worker_history", []))
         self.trial_id = self.data["trial_id"]
@@ -114,7 +117,7 @@ class RunRecord:
         self.worker_history.append(all_ranks[1:])
 
     def after_report(self, rnd: "Round") -> None:
-        """A report callback: the round's row."""
+        """A report callback: the round's row, before its checkpoint is committed."""
         self.add_round(rnd.metrics, rnd.all_metrics)
 
     def last_metrics(self) -> Optional[Dict[str, Any]]:
@@ -137,7 +140,8 @@ class RunRecord:
 
     # --- checkpoints -------------------------------------------------------------
     def recover_checkpoints(self, config: CheckpointConfig) -> CheckpointManager:
-        """Trust the record, adopt committed directories it missed, drop uncommitted ones."""
+        """Trust the record, adopt committed directories it missed, drop uncommitted ones,
+        and give every committed checkpoint's round its row."""
         manager = CheckpointManager.from_json(config, self.data.get("checkpoints"))
         known = {t.dir_name for t in manager.tracked}
         st = self.storage
@@ -153,11 +157,34 @@ class RunRecord:
                     index=marker["index"], iteration=marker["iteration"], dir_name=name,
                     metrics=marker.get("metrics", {})))
                 manager.next_index = max(manager.next_index, marker["index"] + 1)
-        # Checkpoints the record lists but whose marker is gone cannot be trusted.
-        manager.tracked = [t for t in manager.tracked
-                           if st.exists(join(st.root, t.dir_name, constants.COMMIT_MARKER))]
+        _drop_uncommitted(manager, lambda t: st.exists(
+            join(st.root, t.dir_name, constants.COMMIT_MARKER)))
+        self._restore_rounds(manager)
+        if self._restoring:  # name the checkpoint this resume really starts from
+            latest = manager.latest
+            self.data["last_restore"]["checkpoint"] = latest.dir_name if latest else None
         self.clean_staging()
         return manager
+
+    def _restore_rounds(self, manager: CheckpointManager) -> None:
+        """Rebuild the row of a committed checkpoint's round from its marker's metrics
+        (the row, less ``config``). Records of earlier trainyard versions can lack it:
+        they saved a checkpoint before its round's row, and a driver killed in between
+        lost that round for good (a resume keeps only the rounds up to its checkpoint)."""
+        have = {row.get("training_iteration") for row in self.history}
+        for tracked in sorted(manager.tracked, key=lambda t: t.iteration):
+            if tracked.iteration <= 0 or tracked.iteration in have:
+                continue
+            row = dict(tracked.metrics)
+            row.setdefault("training_iteration", tracked.iteration)
+            at = sum(1 for r in self.history
+                     if r.get("training_iteration", 0) < tracked.iteration)
+            self.history.insert(at, row)
+            if len(self.worker_history) >= at:
+                self.worker_history.insert(at, [])  # other ranks' metrics were not kept
+            have.add(tracked.iteration)
+            logger.info("Rebuilt the row of round %d from the commit marker of %s.",
+                        tracked.iteration, tracked.dir_name)
 
     def clean_staging(self) -> None:
         self.storage.delete_dir(join(self.storage.root, constants.STAGING_DIR))
@@ -217,6 +244,19 @@ class RunRecord:
         return self.build_result(manager, done=error is None and self.state == "FINISHED",
                                  config=train_loop_config, error=error,
                                  failures=int(self.data.get("failures", 0)))
+
+
+def _drop_uncommitted(manager: CheckpointManager, committed: Any) -> None:
+    """Forget the checkpoints the record lists but whose marker is missing: they cannot
+    be trusted. The newest of them were registered just before the driver died, before
+    their marker was written: their numbers were never used and are free again."""
+    ok = {t.index: bool(committed(t)) for t in manager.tracked}
+    kept = [t for t in manager.tracked if ok[t.index]]
+    newest = max((t.index for t in kept), default=-1)
+    pending = [t.index for t in manager.tracked if not ok[t.index] and t.index > newest]
+    if pending:
+        manager.next_index = min(pending)
+    manager.tracked = kept
 
 
 def _jsonable(obj: Any) -> Any:

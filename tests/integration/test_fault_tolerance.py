@@ -174,6 +174,8 @@ DRIVER = textwrap.dedent("""
             time.sleep(config["sleep"])
             engine.report({{"epoch": epoch}},
                           checkpoint=Checkpoint.from_dict({{"epoch": epoch}}))
+            if start == 0 and epoch == config.get("hold_after"):
+                time.sleep(300)  # nothing happens after this commit: the test kills us
 
     result = TorchTrainer(
         train_func, train_loop_config=json.loads(sys.argv[1]),
@@ -181,8 +183,11 @@ DRIVER = textwrap.dedent("""
         run_config=RunConfig(name="driver-crash", storage_path=sys.argv[2],
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
     ).fit()
+    df = result.metrics_dataframe
     print("FINAL", json.dumps({{"epoch": result.metrics["epoch"],
-                               "checkpoint": result.checkpoint.path}}))
+                               "checkpoint": result.checkpoint.path,
+                               "iterations": [int(i) for i in df["training_iteration"]],
+                               "epochs": [int(e) for e in df["epoch"]]}}))
 """)
 
 
@@ -221,6 +226,50 @@ def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
     kept = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
     assert kept == ["checkpoint_000006", "checkpoint_000007"]  # num_to_keep=2 held
     assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "FINISHED"
+
+
+def _kill_driver_when(proc, path, timeout_s=120):
+    """SIGKILL the driver (alone, as a lost head node would be) once ``path`` exists,
+    then whatever of its process group outlived it (its local Ray's processes)."""
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert os.path.exists(path), proc.stdout.read().decode()[-3000:] if proc.poll() else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: its own group
+    except ProcessLookupError:
+        pass
+
+
+def test_driver_sigkill_right_after_a_commit_keeps_that_round(storage_path, tmp_path):
+    """The driver dies right after committing epoch 2's checkpoint (the workers hold
+    after it, so nothing else happens). fit() again resumes after epoch 2 and the run's
+    history holds every round exactly once: that round's row was once lost for good,
+    as the record was saved with the checkpoint but without its round."""
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(repo=REPO))
+    cfg = json.dumps({"epochs": 6, "sleep": 0.2, "log": str(tmp_path / "starts.jsonl"),
+                      "hold_after": 2})
+    run_dir = os.path.join(storage_path, "driver-crash")
+    proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=driver_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    _kill_driver_when(proc, os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed"))
+    assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "RUNNING"
+
+    out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=driver_env(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    final = json.loads(out.stdout.split("FINAL", 1)[1])
+    starts = [json.loads(line)["start"] for line in (tmp_path / "starts.jsonl").open()]
+    assert starts == [0, 3]  # resumed after epoch 2's checkpoint, not before it
+    assert final["iterations"] == [1, 2, 3, 4, 5, 6]
+    assert final["epochs"] == [0, 1, 2, 3, 4, 5]
+    record = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert [row["training_iteration"] for row in record["history"]] == [1, 2, 3, 4, 5, 6]
+    assert record["state"] == "FINISHED"
 
 
 def test_interrupted_commit_resumes_from_previous_checkpoint(ray_start_4_cpus, storage_path,
