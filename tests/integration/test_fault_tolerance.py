@@ -19,26 +19,10 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
+from tests.fakes import KillWorkerOnce
 from tests.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class KillWorkerOnce(Callback):
-    """SIGKILLs one rank's process (its reported pid) when a given round arrives."""
-
-    def __init__(self, rank: int, at_iteration: int) -> None:
-        self.rank, self.at_iteration = rank, at_iteration
-        self.killed_pid = None
-        self.retries = 0
-
-    def on_report(self, metrics, all_metrics):
-        if self.killed_pid is None and metrics["training_iteration"] == self.at_iteration:
-            self.killed_pid = all_metrics[self.rank]["pid"]
-            os.kill(self.killed_pid, signal.SIGKILL)
-
-    def on_retry(self, attempt):
-        self.retries += 1
 
 
 # Epochs paced at 1 s so that a kill sent when round k arrives lands mid-training even
