@@ -175,43 +175,6 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
-    script = tmp_path / "driver.py"
-    script.write_text(DRIVER.format(repo=REPO))
-    log = tmp_path / "starts.jsonl"
-    cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log)})
-    run_dir = os.path.join(storage_path, "driver-crash")
-    proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=driver_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    marker = os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed")
-    deadline = time.time() + 120
-    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert os.path.exists(marker), proc.stdout.read().decode()[-3000:] if proc.poll() else ""
-    os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a lost head node would
-    proc.wait()
-    state = json.load(open(os.path.join(run_dir, "run_state.json")))
-    assert state["state"] == "RUNNING"
-    committed_before = sorted(
-        n for n in os.listdir(run_dir)
-        if os.path.exists(os.path.join(run_dir, n, ".trainyard_committed")))
-    last_before = int(committed_before[-1].split("_")[1])
-
-    out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=driver_env(),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    final = json.loads(out.stdout.split("FINAL", 1)[1])
-    assert final["epoch"] == 7
-    starts = [json.loads(line)["start"] for line in log.read_text().splitlines()]
-    assert starts[0] == 0 and starts[-1] == last_before + 1
-    # Numbering went on: the checkpoint of epoch 7 is checkpoint_000007, nothing overwritten.
-    assert final["checkpoint"].endswith("checkpoint_000007")
-    kept = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
-    assert kept == ["checkpoint_000006", "checkpoint_000007"]  # num_to_keep=2 held
-    assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "FINISHED"
-
-
 def _kill_driver_when(proc, path, timeout_s=120):
     """SIGKILL the driver (alone, as a lost head node would be) once ``path`` exists,
     then whatever of its process group outlived it (its local Ray's processes)."""
@@ -227,15 +190,16 @@ def _kill_driver_when(proc, path, timeout_s=120):
         pass
 
 
-def test_driver_sigkill_right_after_a_commit_keeps_that_round(storage_path, tmp_path):
+def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
     """The driver dies right after committing epoch 2's checkpoint (the workers hold
-    after it, so nothing else happens). fit() again resumes after epoch 2 and the run's
-    history holds every round exactly once: that round's row was once lost for good,
-    as the record was saved with the checkpoint but without its round."""
+    after it, so nothing else happens); fit() again resumes after epoch 2, numbering
+    goes on, and the history holds every round exactly once. (The round of that last
+    checkpoint was once lost for good: the record was saved with the checkpoint but
+    without its round, and a resume keeps the rounds up to its checkpoint.)"""
     script = tmp_path / "driver.py"
     script.write_text(DRIVER.format(repo=REPO))
-    cfg = json.dumps({"epochs": 6, "sleep": 0.2, "log": str(tmp_path / "starts.jsonl"),
-                      "hold_after": 2})
+    log = tmp_path / "starts.jsonl"
+    cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log), "hold_after": 2})
     run_dir = os.path.join(storage_path, "driver-crash")
     proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=driver_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -247,12 +211,17 @@ def test_driver_sigkill_right_after_a_commit_keeps_that_round(storage_path, tmp_
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     final = json.loads(out.stdout.split("FINAL", 1)[1])
-    starts = [json.loads(line)["start"] for line in (tmp_path / "starts.jsonl").open()]
+    assert final["epoch"] == 7
+    starts = [json.loads(line)["start"] for line in log.read_text().splitlines()]
     assert starts == [0, 3]  # resumed after epoch 2's checkpoint, not before it
-    assert final["iterations"] == [1, 2, 3, 4, 5, 6]
-    assert final["epochs"] == [0, 1, 2, 3, 4, 5]
+    # Numbering went on: the checkpoint of epoch 7 is checkpoint_000007, nothing overwritten.
+    assert final["checkpoint"].endswith("checkpoint_000007")
+    kept = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
+    assert kept == ["checkpoint_000006", "checkpoint_000007"]  # num_to_keep=2 held
+    # Every round exactly once, in Result.metrics_dataframe and in the run record.
+    assert final["iterations"] == list(range(1, 9)) and final["epochs"] == list(range(8))
     record = json.load(open(os.path.join(run_dir, "run_state.json")))
-    assert [row["training_iteration"] for row in record["history"]] == [1, 2, 3, 4, 5, 6]
+    assert [row["training_iteration"] for row in record["history"]] == list(range(1, 9))
     assert record["state"] == "FINISHED"
 
 
