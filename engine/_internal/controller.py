@@ -1,8 +1,10 @@
-"""The driver loop: an explicit state machine over one training run.
+"""The driver loop: an explicit state machine over one training run. It only steers.
 
 INITIALIZING → SCHEDULING → RUNNING → FINISHED, with RUNNING → RESTARTING → SCHEDULING on
 a retryable failure and → ERRORED when retries are exhausted. ``_step()`` performs one
-transition; decisions (retry or raise) sit behind ``FailurePolicy``.
+transition. Decisions sit behind ``FailurePolicy`` (on the failure's type) and a tuner's
+``decide`` hook; each complete round goes to the ``ReportHandler`` (run record,
+checkpoint committer, callbacks); ``failure_diagnosis`` writes what a failure says.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
 from engine._internal.session import TrainContext
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
-from engine.config import DataConfig, RunConfig
+from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
@@ -165,7 +167,11 @@ class Controller:
         start_ckpt = self.checkpoints.latest() or self.spec.resume_from_checkpoint
         latest = self.manager.latest
         start_iteration = self.record.truncate_to(latest.iteration if latest else 0)
-        shards = _make_shards(self.spec.datasets, self.spec.data_config, len(group))
+        shards: Dict[str, List[Any]] = {}
+        if self.spec.datasets:
+            from engine._internal.data import make_shards
+
+            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
         session_args = []
         for rank, meta in enumerate(group.meta):
@@ -345,11 +351,3 @@ def _default_storage(run_config: RunConfig) -> str:
     return run_config.storage_path or os.environ.get(
         constants.STORAGE_PATH_ENV_VAR, constants.DEFAULT_STORAGE_PATH)
 
-
-def _make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
-                 ) -> Dict[str, List[Any]]:
-    if not datasets:
-        return {}
-    from engine._internal.data import make_shards
-
-    return make_shards(datasets, data_config, n)
