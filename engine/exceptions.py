@@ -26,19 +26,45 @@ class WorkerGroupStartupError(TrainyardError):
 
 
 class WorkerError(TrainyardError):
-    """A worker raised or died. Pickles across actors (plain args only)."""
+    """A worker raised or died. Pickles across actors (plain args only).
 
-    def __init__(self, rank: int, message: str, traceback_str: str = "") -> None:
-        super().__init__(rank, message, traceback_str)
+    The engine raises one of its typed subclasses (``WorkerDiedError``,
+    ``WorkerHealthCheckError``, ``CollectiveTimeoutError``, ``UserCodeError``); retry
+    decisions are made on those types. ``rank`` is -1 when no single rank is to blame;
+    ``node`` is the address of the rank's node, when known.
+    """
+
+    def __init__(self, rank: int, message: str, traceback_str: str = "",
+                 node: str = "") -> None:
+        super().__init__(rank, message, traceback_str, node)
         self.rank = rank
         self.message = message
         self.traceback_str = traceback_str
+        self.node = node
 
     def __str__(self) -> str:
         text = f"Worker rank {self.rank} failed: {self.message}"
         if self.traceback_str:
             text += f"\n\nRemote traceback (rank {self.rank}):\n{self.traceback_str}"
         return text
+
+
+class WorkerDiedError(WorkerError):
+    """A worker's process is gone: killed (SIGKILL, the OOM killer) or crashed."""
+
+
+class WorkerHealthCheckError(WorkerError):
+    """No worker answered the driver within ``TRAINYARD_HEALTH_CHECK_TIMEOUT_S`` (a
+    process hung in C code holding the GIL, or a lost node)."""
+
+
+class CollectiveTimeoutError(WorkerError):
+    """The group is stuck in a collective: one ran past the backend's timeout, or no
+    rank reported for the backend's ``timeout_s`` (the stall watchdog)."""
+
+
+class UserCodeError(WorkerError):
+    """``train_func`` raised on a worker; ``traceback_str`` is the remote traceback."""
 
 
 class TrainingFailedError(TrainyardError):

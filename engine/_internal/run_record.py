@@ -1,9 +1,11 @@
 """The run record: a versioned JSON snapshot of a run, written atomically.
 
 It holds the state, the committed checkpoints with their scores, and every round's
-metrics (rank 0's and all ranks'). It is written before any old checkpoint is deleted,
-so a crash at any point leaves a record that a resume can trust; checkpoint directories
-committed after the last snapshot are adopted from their commit markers.
+metrics (rank 0's and all ranks'). It is written with each checkpoint, before that
+checkpoint's commit marker and before any old checkpoint is deleted, so a crash at any
+point leaves a record that a resume can trust (see ``checkpoint_committer``); checkpoint
+directories committed after the last snapshot are adopted from their commit markers.
+It also builds the ``Result`` a run (or a Tuner's stored trial) returns.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from engine import constants
 from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
 from engine._internal.storage import Storage, join, scrub
+from engine.checkpoint import Checkpoint
 from engine.config import CheckpointConfig
+from engine.exceptions import StorageError
+from engine.result import Result
+
+if TYPE_CHECKING:
+    from engine._internal.report_handler import Round
 
 logger = logging.getLogger("engine")
 
@@ -33,10 +41,28 @@ class RunRecord:
         self.trial_id = ""
         self.experiment_id = ""
         self._config_json: Any = None
+        self._restoring = False
 
     # --- lifecycle -------------------------------------------------------------
     def load(self) -> None:
-        data = self.storage.read_json(self.path)
+        """Read the record, or start a new one when there is none.
+
+        Raises:
+            StorageError: The record is not valid JSON or not a record; nothing is touched.
+        """
+        try:
+            data = self.storage.read_json(self.path)
+            self._apply(data)
+        except ValueError as exc:  # json.JSONDecodeError, or a record of the wrong shape
+            raise StorageError(
+                f"The run record {self.storage.display(self.path)} of run "
+                f"{self.name!r} is not valid ({type(exc).__name__}: {exc}); nothing was "
+                "deleted and its checkpoints are untouched. Restore the file from a backup, "
+                "or move it aside to start this run name afresh (its committed "
+                "checkpoint_* directories stay usable with Checkpoint.from_directory), or "
+                "pick another RunConfig(name=...).") from None
+
+    def _apply(self, data: Optional[Dict[str, Any]]) -> None:
         if data is None:
             self.data = {"version": constants.RUN_STATE_VERSION, "name": self.name,
                          "state": "NEW", "created_at": time.time(), "failures": 0,
@@ -56,6 +82,7 @@ class RunRecord:
                 data["restores"] = int(data.get("restores", 0)) + 1
                 data["last_restore"] = {"at": time.time(), "previous_state": data["state"],
                                         "checkpoint": latest.get("dir_name")}
+                self._restoring = True
             self.history = list(data.get("history", []))
             self.worker_history = list(data.get("worker_history", []))
         self.trial_id = self.data["trial_id"]
@@ -89,6 +116,10 @@ class RunRecord:
         self.history.append({k: v for k, v in metrics.items() if k != "config"})
         self.worker_history.append(all_ranks[1:])
 
+    def after_report(self, rnd: "Round") -> None:
+        """A report callback: the round's row, before its checkpoint is committed."""
+        self.add_round(rnd.metrics, rnd.all_metrics)
+
     def last_metrics(self) -> Optional[Dict[str, Any]]:
         if not self.history:
             return None
@@ -109,7 +140,8 @@ class RunRecord:
 
     # --- checkpoints -------------------------------------------------------------
     def recover_checkpoints(self, config: CheckpointConfig) -> CheckpointManager:
-        """Trust the record, adopt committed directories it missed, drop uncommitted ones."""
+        """Trust the record, adopt committed directories it missed, drop uncommitted ones,
+        and give every committed checkpoint's round its row."""
         manager = CheckpointManager.from_json(config, self.data.get("checkpoints"))
         known = {t.dir_name for t in manager.tracked}
         st = self.storage
@@ -125,11 +157,34 @@ class RunRecord:
                     index=marker["index"], iteration=marker["iteration"], dir_name=name,
                     metrics=marker.get("metrics", {})))
                 manager.next_index = max(manager.next_index, marker["index"] + 1)
-        # Checkpoints the record lists but whose marker is gone cannot be trusted.
-        manager.tracked = [t for t in manager.tracked
-                           if st.exists(join(st.root, t.dir_name, constants.COMMIT_MARKER))]
+        _drop_uncommitted(manager, lambda t: st.exists(
+            join(st.root, t.dir_name, constants.COMMIT_MARKER)))
+        self._restore_rounds(manager)
+        if self._restoring:  # name the checkpoint this resume really starts from
+            latest = manager.latest
+            self.data["last_restore"]["checkpoint"] = latest.dir_name if latest else None
         self.clean_staging()
         return manager
+
+    def _restore_rounds(self, manager: CheckpointManager) -> None:
+        """Rebuild the row of a committed checkpoint's round from its marker's metrics
+        (the row, less ``config``). Records of earlier trainyard versions can lack it:
+        they saved a checkpoint before its round's row, and a driver killed in between
+        lost that round for good (a resume keeps only the rounds up to its checkpoint)."""
+        have = {row.get("training_iteration") for row in self.history}
+        for tracked in sorted(manager.tracked, key=lambda t: t.iteration):
+            if tracked.iteration <= 0 or tracked.iteration in have:
+                continue
+            row = dict(tracked.metrics)
+            row.setdefault("training_iteration", tracked.iteration)
+            at = sum(1 for r in self.history
+                     if r.get("training_iteration", 0) < tracked.iteration)
+            self.history.insert(at, row)
+            if len(self.worker_history) >= at:
+                self.worker_history.insert(at, [])  # other ranks' metrics were not kept
+            have.add(tracked.iteration)
+            logger.info("Rebuilt the row of round %d from the commit marker of %s.",
+                        tracked.iteration, tracked.dir_name)
 
     def clean_staging(self) -> None:
         self.storage.delete_dir(join(self.storage.root, constants.STAGING_DIR))
@@ -148,6 +203,60 @@ class RunRecord:
         if error is not None:
             self.data["error"] = scrub(error)[:10_000]  # no credentials in the record
         self.save(manager)
+
+    # --- results -----------------------------------------------------------------
+    def checkpoint(self, tracked: TrackedCheckpoint) -> Checkpoint:
+        """A committed checkpoint of this run, with the metrics it was reported with."""
+        ckpt = Checkpoint(join(self.storage.root, tracked.dir_name), self.storage.fs)
+        ckpt.metrics = tracked.metrics
+        return ckpt
+
+    def build_result(self, manager: CheckpointManager, *, done: bool,
+                     config: Optional[Dict[str, Any]], error: Optional[BaseException] = None,
+                     failures: int = 0, callback_errors: Optional[List[str]] = None,
+                     fallback_metrics: Optional[Dict[str, Any]] = None) -> Result:
+        """The run's ``Result``: its last round's metrics (``fallback_metrics`` when it
+        holds none), its checkpoints and its history."""
+        latest = manager.latest
+        metrics = dict(self.last_metrics() or fallback_metrics or {})
+        if metrics:
+            metrics["done"] = done
+        return Result(
+            metrics=metrics,
+            checkpoint=self.checkpoint(latest) if latest else None,
+            best_checkpoints=[(self.checkpoint(t), t.metrics) for t in manager.best()],
+            error=error,
+            path=self.storage.display(),
+            config=config,
+            num_failures=failures,
+            history=self.history,
+            worker_history=self.worker_history,
+            callback_errors=callback_errors if callback_errors is not None else [],
+        )
+
+    def stored_result(self, config: CheckpointConfig,
+                      train_loop_config: Optional[Dict[str, Any]],
+                      error: Optional[BaseException] = None) -> Result:
+        """The ``Result`` a stored run holds, read without running anything (a Tuner's
+        restored trial); ``metrics["done"]`` only when it finished."""
+        self.load()
+        manager = CheckpointManager.from_json(config, self.data.get("checkpoints"))
+        return self.build_result(manager, done=error is None and self.state == "FINISHED",
+                                 config=train_loop_config, error=error,
+                                 failures=int(self.data.get("failures", 0)))
+
+
+def _drop_uncommitted(manager: CheckpointManager, committed: Any) -> None:
+    """Forget the checkpoints the record lists but whose marker is missing: they cannot
+    be trusted. The newest of them were registered just before the driver died, before
+    their marker was written: their numbers were never used and are free again."""
+    ok = {t.index: bool(committed(t)) for t in manager.tracked}
+    kept = [t for t in manager.tracked if ok[t.index]]
+    newest = max((t.index for t in kept), default=-1)
+    pending = [t.index for t in manager.tracked if not ok[t.index] and t.index > newest]
+    if pending:
+        manager.next_index = min(pending)
+    manager.tracked = kept
 
 
 def _jsonable(obj: Any) -> Any:

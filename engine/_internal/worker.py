@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import session as _session
+from engine._internal.failure_diagnosis import worker_raised
+from engine.exceptions import WorkerError
 
 
 def _node_ip() -> str:
@@ -79,7 +81,7 @@ class TrainWorker:
         self._session: Optional[_session.TrainSession] = None
         self._thread: Optional[threading.Thread] = None
         self._done = False
-        self._error: Optional[Tuple[str, str]] = None
+        self._error: Optional[WorkerError] = None
 
     # --- introspection and generic execution -------------------------------------
     def node_info(self) -> Dict[str, Any]:
@@ -133,8 +135,9 @@ class TrainWorker:
         self._thread.start()
 
     def poll(self, timeout: float
-             ) -> Tuple[List[_session.ReportItem], bool, Optional[Tuple[str, str]]]:
-        """Reports queued since the last poll, whether training ended, and its error.
+             ) -> Tuple[List[_session.ReportItem], bool, Optional[WorkerError]]:
+        """Reports queued since the last poll, whether training ended, and its error
+        (typed here, where the raw exception is at hand).
 
         Waits up to ``timeout`` for something to happen, so the driver's loop is a long
         poll that costs nothing while training runs.
@@ -148,8 +151,8 @@ class TrainWorker:
         if done:
             self._done = True
             if session.error is not None:
-                exc = session.error
-                self._error = (f"{type(exc).__name__}: {exc}", session.traceback_str)
+                self._error = worker_raised(session.context.world_rank, session._node_ip,
+                                            session.error, session.traceback_str)
         return items, self._done, self._error
 
     def train_stack(self, limit: int = 8) -> str:

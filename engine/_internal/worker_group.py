@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from engine import constants
+from engine._internal.failure_diagnosis import worker_died
 from engine.config import ScalingConfig
-from engine.exceptions import WorkerGroupStartupError
+from engine.exceptions import WorkerDiedError, WorkerError, WorkerGroupStartupError
 
 logger = logging.getLogger(__name__)
 
@@ -21,8 +23,13 @@ class PollResult:
     rank: int
     items: List[Any]
     finished: bool = False
-    error: Optional[Tuple[str, str]] = None  # (summary, remote traceback)
-    died: Optional[str] = None               # the process is gone
+    # Typed: UserCodeError or CollectiveTimeoutError (train_func raised),
+    # WorkerDiedError (the process is gone).
+    error: Optional[WorkerError] = None
+
+    @property
+    def died(self) -> bool:
+        return isinstance(self.error, WorkerDiedError)
 
 
 @dataclass
@@ -211,7 +218,9 @@ class WorkerGroup:
             try:
                 items, finished, error = ray.get(ref)
             except RayActorError as exc:
-                out.append(PollResult(rank, [], died=type(exc).__name__))
+                node = self.meta[rank].node_ip if rank < len(self.meta) else ""
+                out.append(PollResult(rank, [], error=worker_died(rank, node,
+                                                                  type(exc).__name__)))
                 continue
             out.append(PollResult(rank, items, finished, error))
             if not finished and error is None:
@@ -259,3 +268,16 @@ class WorkerGroup:
             except Exception:
                 pass
             self.placement_group = None
+
+
+def drain(group: Any, seconds: float) -> List[PollResult]:
+    """Everything ``group`` says within ``seconds``, until a poll finds it quiet: after
+    one rank failed, what the others reported meanwhile (or that they died)."""
+    out: List[PollResult] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        results = group.poll(max(0.0, deadline - time.monotonic()))
+        if not results:
+            break
+        out.extend(results)
+    return out

@@ -25,10 +25,9 @@ from engine import constants
 from engine._internal import storage as _storage
 from engine._internal import trial as _trial
 from engine._internal.callback_runner import CallbackRunner
-from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.controller import (Controller, RunSpec, RunState, TrialAction,
                                          TrialDecision)
-from engine._internal.run_record import _jsonable
+from engine._internal.run_record import RunRecord, _jsonable
 from engine._internal.trial import Trial
 from engine._internal.worker_group import WorkerGroup
 from engine.callbacks import Callback
@@ -459,16 +458,9 @@ class TrialLoop:
     def _stored_result(self, run: TrialRun, error: Optional[BaseException]) -> Result:
         """The Result a trial's run record holds, without running anything."""
         spec = self.spec_of(run)
-        controller = Controller(spec)
-        controller.record.load()
-        controller.manager = CheckpointManager.from_json(
-            spec.run_config.checkpoint_config, controller.record.data.get("checkpoints"))
-        controller.state = RunState.ERRORED if error is not None else RunState.FINISHED
-        controller.error = error
-        result = controller._build_result()
-        if error is None and controller.record.state != RunState.FINISHED.value:
-            result.metrics["done"] = False
-        return result
+        record = RunRecord(run.trial.storage, run.dirname)
+        return record.stored_result(spec.run_config.checkpoint_config,
+                                    spec.train_loop_config, error)
 
     # --- state -----------------------------------------------------------------------
     def _save(self) -> None:

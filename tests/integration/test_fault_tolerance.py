@@ -19,26 +19,10 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
+from tests.fakes import KillWorkerOnce
 from tests.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class KillWorkerOnce(Callback):
-    """SIGKILLs one rank's process (its reported pid) when a given round arrives."""
-
-    def __init__(self, rank: int, at_iteration: int) -> None:
-        self.rank, self.at_iteration = rank, at_iteration
-        self.killed_pid = None
-        self.retries = 0
-
-    def on_report(self, metrics, all_metrics):
-        if self.killed_pid is None and metrics["training_iteration"] == self.at_iteration:
-            self.killed_pid = all_metrics[self.rank]["pid"]
-            os.kill(self.killed_pid, signal.SIGKILL)
-
-    def on_retry(self, attempt):
-        self.retries += 1
 
 
 # Epochs paced at 1 s so that a kill sent when round k arrives lands mid-training even
@@ -174,6 +158,8 @@ DRIVER = textwrap.dedent("""
             time.sleep(config["sleep"])
             engine.report({{"epoch": epoch}},
                           checkpoint=Checkpoint.from_dict({{"epoch": epoch}}))
+            if start == 0 and epoch == config.get("hold_after"):
+                time.sleep(300)  # nothing happens after this commit: the test kills us
 
     result = TorchTrainer(
         train_func, train_loop_config=json.loads(sys.argv[1]),
@@ -181,33 +167,45 @@ DRIVER = textwrap.dedent("""
         run_config=RunConfig(name="driver-crash", storage_path=sys.argv[2],
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
     ).fit()
+    df = result.metrics_dataframe
     print("FINAL", json.dumps({{"epoch": result.metrics["epoch"],
-                               "checkpoint": result.checkpoint.path}}))
+                               "checkpoint": result.checkpoint.path,
+                               "iterations": [int(i) for i in df["training_iteration"]],
+                               "epochs": [int(e) for e in df["epoch"]]}}))
 """)
 
 
+def _kill_driver_when(proc, path, timeout_s=120):
+    """SIGKILL the driver (alone, as a lost head node would be) once ``path`` exists,
+    then whatever of its process group outlived it (its local Ray's processes)."""
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert os.path.exists(path), proc.stdout.read().decode()[-3000:] if proc.poll() else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: its own group
+    except ProcessLookupError:
+        pass
+
+
 def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
+    """The driver dies right after committing epoch 2's checkpoint (the workers hold
+    after it, so nothing else happens); fit() again resumes after epoch 2, numbering
+    goes on, and the history holds every round exactly once. (The round of that last
+    checkpoint was once lost for good: the record was saved with the checkpoint but
+    without its round, and a resume keeps the rounds up to its checkpoint.)"""
     script = tmp_path / "driver.py"
     script.write_text(DRIVER.format(repo=REPO))
     log = tmp_path / "starts.jsonl"
-    cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log)})
+    cfg = json.dumps({"epochs": 8, "sleep": 0.4, "log": str(log), "hold_after": 2})
     run_dir = os.path.join(storage_path, "driver-crash")
     proc = subprocess.Popen([sys.executable, str(script), cfg, storage_path], env=driver_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    marker = os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed")
-    deadline = time.time() + 120
-    while not os.path.exists(marker) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert os.path.exists(marker), proc.stdout.read().decode()[-3000:] if proc.poll() else ""
-    os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a lost head node would
-    proc.wait()
-    state = json.load(open(os.path.join(run_dir, "run_state.json")))
-    assert state["state"] == "RUNNING"
-    committed_before = sorted(
-        n for n in os.listdir(run_dir)
-        if os.path.exists(os.path.join(run_dir, n, ".trainyard_committed")))
-    last_before = int(committed_before[-1].split("_")[1])
+    _kill_driver_when(proc, os.path.join(run_dir, "checkpoint_000002", ".trainyard_committed"))
+    assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "RUNNING"
 
     out = subprocess.run([sys.executable, str(script), cfg, storage_path], env=driver_env(),
                          capture_output=True, text=True, timeout=300)
@@ -215,12 +213,16 @@ def test_driver_sigkill_then_refit_resumes(storage_path, tmp_path):
     final = json.loads(out.stdout.split("FINAL", 1)[1])
     assert final["epoch"] == 7
     starts = [json.loads(line)["start"] for line in log.read_text().splitlines()]
-    assert starts[0] == 0 and starts[-1] == last_before + 1
+    assert starts == [0, 3]  # resumed after epoch 2's checkpoint, not before it
     # Numbering went on: the checkpoint of epoch 7 is checkpoint_000007, nothing overwritten.
     assert final["checkpoint"].endswith("checkpoint_000007")
     kept = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
     assert kept == ["checkpoint_000006", "checkpoint_000007"]  # num_to_keep=2 held
-    assert json.load(open(os.path.join(run_dir, "run_state.json")))["state"] == "FINISHED"
+    # Every round exactly once, in Result.metrics_dataframe and in the run record.
+    assert final["iterations"] == list(range(1, 9)) and final["epochs"] == list(range(8))
+    record = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert [row["training_iteration"] for row in record["history"]] == list(range(1, 9))
+    assert record["state"] == "FINISHED"
 
 
 def test_interrupted_commit_resumes_from_previous_checkpoint(ray_start_4_cpus, storage_path,

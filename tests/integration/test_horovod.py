@@ -7,8 +7,6 @@ these tests skip, naming that command, except the one that checks the ImportErro
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import threading
 
@@ -20,6 +18,7 @@ from engine.callbacks import Callback
 from engine.horovod import HorovodConfig, HorovodTrainer
 from engine.horovod.config import INSTALL_COMMAND, horovod_installed, plan_slots
 from pipelines import digits
+from tests.fakes import KillWorkerOnce
 
 needs_horovod = pytest.mark.skipif(
     not horovod_installed(),
@@ -32,23 +31,6 @@ class AllRanks(Callback):
 
     def on_report(self, metrics, all_metrics):
         self.rounds.append(all_metrics)
-
-
-class KillWorkerOnce(Callback):
-    """SIGKILLs one rank's process (its reported pid) when a given round arrives."""
-
-    def __init__(self, rank: int, at_iteration: int) -> None:
-        self.rank, self.at_iteration = rank, at_iteration
-        self.killed_pid = None
-        self.retries = 0
-
-    def on_report(self, metrics, all_metrics):
-        if self.killed_pid is None and metrics["training_iteration"] == self.at_iteration:
-            self.killed_pid = all_metrics[self.rank]["pid"]
-            os.kill(self.killed_pid, signal.SIGKILL)
-
-    def on_retry(self, attempt):
-        self.retries += 1
 
 
 # --- train functions (run on the workers) ----------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import List
+import json
+import os
 
 import pytest
 
@@ -10,47 +11,9 @@ from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import Controller, RunSpec, RunState
 from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult, WorkerMeta
+from engine._internal.worker_group import PollResult
 from engine.callbacks import Callback
-
-
-class FakeGroup:
-    """Plays back one scripted attempt: a list of poll answers."""
-
-    attempts: List[List[List[PollResult]]] = []
-    started = 0
-
-    def __init__(self, scaling, env=None, needs_data_cpus=False):
-        self.scaling = scaling
-        self.meta = [WorkerMeta("n", "127.0.0.1", "h", 100 + r, [], world_rank=r,
-                                local_rank=r, local_world_size=scaling.num_workers)
-                     for r in range(scaling.num_workers)]
-        self.script = FakeGroup.attempts[FakeGroup.started]
-        FakeGroup.started += 1
-        self.shut = False
-
-    def __len__(self):
-        return len(self.meta)
-
-    def start(self):
-        pass
-
-    def check_storage(self, storage):
-        pass
-
-    def start_training(self, train_func, config, session_args, before_train=None):
-        assert [a["context"].world_rank for a in session_args] == list(range(len(self)))
-        self.session_args = session_args
-
-    def poll(self, timeout):
-        return self.script.pop(0) if self.script else []
-
-    def shutdown(self, graceful=False):
-        self.shut = True
-
-
-def item(iteration, **metrics):
-    return ReportItem(iteration, dict(metrics, training_iteration=iteration))
+from tests.fakes import FakeWorkerGroup, died, item, raised
 
 
 def both(iteration, finished=False, **metrics):
@@ -78,15 +41,13 @@ class Recorder(Callback):
 
 
 def run(tmp_path, attempts, max_failures=0, callbacks=()):
-    FakeGroup.attempts = attempts
-    FakeGroup.started = 0
     spec = RunSpec(train_func=lambda: None, train_loop_config={"k": 1},
                    scaling_config=ScalingConfig(num_workers=2),
                    run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
                                         callbacks=list(callbacks),
                                         failure_config=FailureConfig(max_failures)),
                    backend_config=BackendConfig())
-    controller = Controller(spec, worker_group_cls=FakeGroup)
+    controller = Controller(spec, worker_group_cls=FakeWorkerGroup.scripted(attempts))
     states = []
     original = controller._step
 
@@ -122,18 +83,18 @@ def test_rounds_wait_for_every_rank(tmp_path):
 
 def test_worker_death_retries_then_finishes(tmp_path):
     rec = Recorder()
-    first = [both(1, x=1), [PollResult(1, [], died="ActorDiedError")]]
+    first = [both(1, x=1), [died(1)]]
     second = [both(2, x=2), done()]
     controller, states = run(tmp_path, [first, second], max_failures=1, callbacks=[rec])
     result = controller.run()
     assert RunState.RESTARTING in states
     assert states.count(RunState.SCHEDULING) == 2
     assert result.num_failures == 1 and result.metrics["x"] == 2
-    assert ("failure", "WorkerError") in rec.events and ("retry", 1) in rec.events
+    assert ("failure", "WorkerDiedError") in rec.events and ("retry", 1) in rec.events
 
 
 def test_retries_exhausted_raise_with_partial_result(tmp_path):
-    first = [both(1, x=1), [PollResult(1, [], error=("ValueError: boom", "Traceback ..."))]]
+    first = [both(1, x=1), [raised(1, ValueError("boom"), "Traceback ...")]]
     controller, _ = run(tmp_path, [first], max_failures=0)
     with pytest.raises(TrainingFailedError, match="rank 1.*ValueError: boom") as info:
         controller.run()
@@ -147,7 +108,7 @@ def test_uneven_reports_are_not_retried(tmp_path):
     controller, _ = run(tmp_path, [script, script], max_failures=3)
     with pytest.raises(TrainingFailedError, match="same number of times"):
         controller.run()
-    assert FakeGroup.started == 1
+    assert len(controller.worker_group_cls.started) == 1
 
 
 def test_silent_workers_fail_the_health_check(tmp_path, monkeypatch):
@@ -158,7 +119,7 @@ def test_silent_workers_fail_the_health_check(tmp_path, monkeypatch):
 
 
 def test_forever_retries_with_minus_one(tmp_path):
-    dead = [[PollResult(0, [], died="ActorDiedError")]]
+    dead = [[died(0)]]
     attempts = [list(dead) for _ in range(5)] + [[both(1, x=9), done()]]
     controller, _ = run(tmp_path, attempts, max_failures=-1)
     assert controller.run().num_failures == 5
@@ -166,8 +127,98 @@ def test_forever_retries_with_minus_one(tmp_path):
 
 def test_a_dead_rank_is_blamed_over_its_peers_broken_collective(tmp_path):
     script = [both(1, x=1),
-              [PollResult(0, [], error=("RuntimeError: gloo connection reset", "tb"))],
-              [PollResult(1, [], died="ActorDiedError")]]
+              [raised(0, RuntimeError("gloo connection reset"))],
+              [died(1)]]
     controller, _ = run(tmp_path, [script], max_failures=0)
     with pytest.raises(TrainingFailedError, match=r"rank 1.*died.*gloo connection reset"):
         controller.run()
+
+
+# --- the run record across a driver killed right after a commit ------------------------
+class DriverKilled(BaseException):
+    """Stands for SIGKILL of the driver: nothing after it runs (no except catches it)."""
+
+
+class KillDriverAfterCommit(Callback):
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def on_checkpoint(self, checkpoint, metrics):
+        if metrics["training_iteration"] == self.iteration:
+            raise DriverKilled
+
+
+def staged(run_dir, iteration, rank):
+    """A report with a checkpoint file this rank staged, as the session writes it."""
+    staging = os.path.join(run_dir, ".staging", f"001_{iteration:06d}", f"rank_{rank}")
+    os.makedirs(staging)
+    with open(os.path.join(staging, f"w{rank}.txt"), "w") as f:
+        f.write(str(iteration))
+    return ReportItem(iteration, {"training_iteration": iteration, "rank": rank},
+                      checkpoint_staging=staging, checkpoint_files=[f"w{rank}.txt"])
+
+
+def rounds_with_checkpoints(run_dir, *iterations):
+    """One poll answer per round; files are staged when polled (the controller clears
+    the staging area when it starts)."""
+    return [lambda i=i: [PollResult(r, [staged(run_dir, i, r)]) for r in (0, 1)]
+            for i in iterations]
+
+
+def fit_named(tmp_path, group, callbacks=()):
+    spec = RunSpec(train_func=lambda: None, train_loop_config={},
+                   scaling_config=ScalingConfig(num_workers=2),
+                   run_config=RunConfig(name="run", storage_path=str(tmp_path), verbose=0,
+                                        callbacks=list(callbacks)),
+                   backend_config=BackendConfig())
+    return Controller(spec, worker_group_cls=group).run()
+
+
+def test_a_driver_killed_after_a_commit_keeps_that_round(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 1, 2, 3)])
+    with pytest.raises(DriverKilled):
+        fit_named(tmp_path, first, [KillDriverAfterCommit(2)])
+    record = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert record["state"] == "RUNNING"
+    assert [h["training_iteration"] for h in record["history"]] == [1, 2]
+    # fit() again resumes after the checkpoint of round 2, and keeps round 2's row.
+    second = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 3) + [done()]])
+    result = fit_named(tmp_path, second)
+    assert second.started[0].session_args[0]["start_iteration"] == 2
+    assert list(result.metrics_dataframe["training_iteration"]) == [1, 2, 3]
+    assert result.checkpoint.path.endswith("checkpoint_000002")
+
+
+def test_a_round_an_older_record_lost_is_rebuilt_from_its_commit_marker(tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 1, 2, 3)])
+    with pytest.raises(DriverKilled):
+        fit_named(tmp_path, first, [KillDriverAfterCommit(2)])
+    # What earlier versions left: checkpoint 2 in the record, its round not.
+    path = os.path.join(run_dir, "run_state.json")
+    record = json.load(open(path))
+    del record["history"][-1], record["worker_history"][-1]
+    json.dump(record, open(path, "w"))
+    second = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 3) + [done()]])
+    result = fit_named(tmp_path, second)
+    assert list(result.metrics_dataframe["training_iteration"]) == [1, 2, 3]
+    assert result.history[1]["rank"] == 0  # rank 0's metrics, from the marker
+
+
+def test_a_checkpoint_registered_without_its_marker_is_dropped_and_its_number_reused(
+        tmp_path):
+    run_dir = str(tmp_path / "run")
+    first = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 1, 2, 3)])
+    with pytest.raises(DriverKilled):
+        fit_named(tmp_path, first, [KillDriverAfterCommit(2)])
+    # The driver died after saving the record with checkpoint 1, before its marker.
+    os.remove(os.path.join(run_dir, "checkpoint_000001", ".trainyard_committed"))
+    second = FakeWorkerGroup.scripted([rounds_with_checkpoints(run_dir, 2, 3) + [done()]])
+    result = fit_named(tmp_path, second)
+    assert second.started[0].session_args[0]["start_iteration"] == 1
+    assert list(result.metrics_dataframe["training_iteration"]) == [1, 2, 3]
+    names = sorted(n for n in os.listdir(run_dir) if n.startswith("checkpoint_"))
+    assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    record = json.load(open(os.path.join(run_dir, "run_state.json")))
+    assert record["last_restore"]["checkpoint"] == "checkpoint_000000"

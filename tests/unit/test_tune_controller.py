@@ -5,45 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List
-
 from engine import Checkpoint, RunConfig, ScalingConfig
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import (Controller, RunSpec, TrialAction,
                                          TrialDecision)
 from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult, WorkerMeta
-
-
-class FakeGroup:
-    """One scripted list of poll answers per attempt (one rank)."""
-
-    attempts: List[List[List[PollResult]]] = []
-    started: List["FakeGroup"] = []
-
-    def __init__(self, scaling, env=None, needs_data_cpus=False):
-        self.meta = [WorkerMeta("n", "127.0.0.1", "h", 100, [])]
-        self.script = FakeGroup.attempts[len(FakeGroup.started)]
-        FakeGroup.started.append(self)
-        self.shut = None
-
-    def __len__(self):
-        return 1
-
-    def start(self):
-        pass
-
-    def check_storage(self, storage):
-        pass
-
-    def start_training(self, train_func, config, session_args, before_train=None):
-        self.config, self.session_args = config, session_args
-
-    def poll(self, timeout):
-        return self.script.pop(0) if self.script else []
-
-    def shutdown(self, graceful=False):
-        self.shut = "graceful" if graceful else "killed"
+from engine._internal.worker_group import PollResult
+from tests.fakes import FakeWorkerGroup
 
 
 def rounds(*iterations, finished=False):
@@ -54,14 +22,13 @@ def rounds(*iterations, finished=False):
     return out
 
 
-def make(tmp_path, attempts, decide, name="trial"):
-    FakeGroup.attempts, FakeGroup.started = attempts, []
+def make(tmp_path, group, decide, name="trial"):
     spec = RunSpec(train_func=lambda c: None, train_loop_config={"lr": 1},
                    scaling_config=ScalingConfig(num_workers=1),
                    run_config=RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
                    backend_config=BackendConfig(),
                    trial_info={"trial_id": "abc_00007", "experiment_tag": "7_lr=1"})
-    return Controller(spec, worker_group_cls=FakeGroup, decide=decide)
+    return Controller(spec, worker_group_cls=group, decide=decide)
 
 
 def state(tmp_path, name="trial"):
@@ -80,23 +47,25 @@ def test_stop_ends_the_run_finished_at_that_round(tmp_path):
 
     # Rounds 2 and 3 arrive in one poll: the rounds after the decision are dropped.
     script = [rounds(1)[0], rounds(2)[0] + [PollResult(0, [ReportItem(3, {"i": 3})])]]
-    result = make(tmp_path, [script], decide).run()
+    group = FakeWorkerGroup.scripted([script])
+    result = make(tmp_path, group, decide).run()
     assert result.metrics["i"] == 2 and result.metrics["done"] is True
     assert result.metrics["trial_id"] == "abc_00007"
     assert result.metrics["experiment_tag"] == "7_lr=1"
     assert [h["i"] for h in result.history] == [1, 2]
-    assert FakeGroup.started[0].shut == "killed"  # still training: not a clean exit
+    assert group.started[0].shut == "killed"  # still training: not a clean exit
     assert state(tmp_path)["state"] == "FINISHED"
     assert seen == [1, None, 2]  # after each round, and once per poll
 
 
 def test_pause_leaves_the_run_resumable(tmp_path):
     decide = lambda m: TrialDecision(TrialAction.PAUSE) if m and m["i"] == 1 else None  # noqa
-    make(tmp_path, [rounds(1, 2)], decide).run()
+    make(tmp_path, FakeWorkerGroup.scripted([rounds(1, 2)]), decide).run()
     assert state(tmp_path)["state"] == "RUNNING"
     # Running it again trains on (from its latest checkpoint; here it has none).
-    result = make(tmp_path, [rounds(1, finished=True)], lambda m: None).run()
-    assert len(FakeGroup.started) == 1 and [h["i"] for h in result.history] == [1]
+    group = FakeWorkerGroup.scripted([rounds(1, finished=True)])
+    result = make(tmp_path, group, lambda m: None).run()
+    assert len(group.started) == 1 and [h["i"] for h in result.history] == [1]
     assert state(tmp_path)["state"] == "FINISHED"
 
 
@@ -104,15 +73,17 @@ def test_restart_adopts_the_checkpoint_and_the_new_config(tmp_path):
     donor = Checkpoint.from_dict({"weights": 42})
     donor.metrics = {"score": 9}
 
+    group = FakeWorkerGroup.scripted([rounds(1, 2), rounds(3, finished=True)])
+
     def decide(metrics):
-        if metrics and metrics["i"] == 2 and len(FakeGroup.started) == 1:
+        if metrics and metrics["i"] == 2 and len(group.started) == 1:
             return TrialDecision(TrialAction.RESTART, config={"lr": 5}, checkpoint=donor,
                                  trial_info={"experiment_tag": "7_lr=5@perturbed[lr=5]"})
         return None
 
-    controller = make(tmp_path, [rounds(1, 2), rounds(3, finished=True)], decide)
+    controller = make(tmp_path, group, decide)
     result = controller.run()
-    first, second = FakeGroup.started
+    first, second = group.started
     assert first.shut == "killed" and second.config == {"lr": 5}
     start_ckpt = second.session_args[0]["checkpoint"]
     assert start_ckpt.to_dict() == {"weights": 42}

@@ -1,0 +1,171 @@
+"""Committing, adopting and deleting a run's checkpoints in storage.
+
+``CheckpointManager`` decides (numbering, retention); this does the I/O, in an order a
+driver killed at any point survives:
+
+1. the ranks' staged files move into ``checkpoint_<n>``, with the preprocessor and the
+   model card;
+2. the run record is saved, holding the checkpoint *and* the round it belongs to in one
+   atomic write (a resume keeps the rounds up to its checkpoint, so a record that held
+   the checkpoint without its round lost that round for good);
+3. the commit marker is written: from now on the checkpoint counts. Until then a resume
+   drops it (the record lists it, but its marker is missing) and redoes the round;
+4. only then are the checkpoints retention dropped deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import warnings
+from typing import Any, Dict, List, Optional, Set
+
+from engine import constants
+from engine._internal import storage as _storage
+from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.report_handler import Round
+from engine._internal.run_record import RunRecord
+from engine._internal.run_spec import RunSpec
+from engine._internal.session import ReportItem
+from engine.checkpoint import Checkpoint
+from engine.exceptions import CheckpointError
+
+
+class CheckpointCommitter:
+    """The checkpoint manager's storage side, and a report callback: commits the
+    checkpoint of each round that staged one."""
+
+    def __init__(self, storage: _storage.Storage, record: RunRecord, spec: RunSpec,
+                 name: str) -> None:
+        self.storage = storage
+        self.record = record
+        self.spec = spec
+        self.name = name
+        self.manager = CheckpointManager(spec.run_config.checkpoint_config)
+
+    # --- state -------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Resume the bookkeeping of an unfinished (or new) run
+        (``RunRecord.recover_checkpoints``)."""
+        self.manager = self.record.recover_checkpoints(self.manager.config)
+        if not self.manager.enabled:
+            warnings.warn(
+                "CheckpointConfig(num_to_keep=0): no checkpoint is written, so "
+                "Result.checkpoint is None and a retry restarts from scratch.",
+                stacklevel=5,  # the trainer's fit(), as when the controller warned
+            )
+
+    def load(self) -> None:
+        """The bookkeeping of a finished run, as its record holds it."""
+        self.manager = CheckpointManager.from_json(self.manager.config,
+                                                   self.record.data.get("checkpoints"))
+
+    @property
+    def enabled(self) -> bool:
+        return self.manager.enabled
+
+    def latest(self) -> Optional[Checkpoint]:
+        """The checkpoint a (re)started group resumes from, if any."""
+        latest = self.manager.latest
+        return self.record.checkpoint(latest) if latest is not None else None
+
+    # --- commits -----------------------------------------------------------------------
+    def after_report(self, rnd: Round) -> None:
+        if rnd.staged:
+            rnd.checkpoint = self.commit(rnd.iteration, rnd.items, rnd.metrics)
+
+    def commit(self, iteration: int, items: Dict[int, ReportItem],
+               metrics: Dict[str, Any]) -> Checkpoint:
+        """Commit the files every rank staged for ``iteration`` as the next checkpoint.
+        The record must already hold the round (``RunRecord.add_round``)."""
+        index = self.manager.next_index
+        dest = _storage.join(self.storage.root, self.manager.next_dir_name())
+        taken = self._move_staged(items, dest)
+        kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
+        taken.update(self._write_checkpoint_extras(dest, index, kept_metrics, taken))
+        self._publish(dest, index, iteration, kept_metrics, sorted(taken))
+        staging = _staging_round(items)
+        if staging:
+            self.storage.delete_dir(staging)
+        return self._checkpoint(dest, kept_metrics)
+
+    def adopt(self, ckpt: Checkpoint, iteration: int) -> None:
+        """Commit a copy of another run's checkpoint (PBT's exploit) as this run's latest,
+        at this run's ``iteration``, so its history and numbering go on."""
+        index = self.manager.next_index
+        dest = _storage.join(self.storage.root, self.manager.next_dir_name())
+        with ckpt.as_directory() as local_dir:
+            files = self.storage.upload_dir(local_dir, dest)
+        if getattr(ckpt, "_owned_tmp", False):
+            shutil.rmtree(ckpt.path, ignore_errors=True)
+        metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
+        self._publish(dest, index, iteration, metrics, files)
+
+    def _publish(self, dest: str, index: int, iteration: int, metrics: Dict[str, Any],
+                 files: List[str]) -> None:
+        """Steps 2-4 of the module docstring for a directory whose files are in place."""
+        st = self.storage
+        dropped = self.manager.register(index, iteration, metrics)
+        self.record.save(self.manager)
+        marker = {"index": index, "iteration": iteration, "metrics": metrics,
+                  "files": files, "committed_at": time.time()}
+        try:
+            st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
+        except OSError as exc:
+            raise CheckpointError(f"Could not commit checkpoint {dest}: {exc}") from exc
+        for old in dropped:
+            st.delete_dir(_storage.join(st.root, old.dir_name))
+
+    def _move_staged(self, items: Dict[int, ReportItem], dest: str) -> Set[str]:
+        """Move every rank's staged files into ``dest``; a file two ranks staged is
+        taken from the lowest rank. Returns the relative paths now in ``dest``."""
+        st = self.storage
+        taken: Set[str] = set()
+        for rank in sorted(items):
+            item = items[rank]
+            if not item.checkpoint_staging:
+                continue
+            if not taken and st.local and not st.exists(dest):
+                st.move(item.checkpoint_staging, dest)  # one rename for rank 0's files
+                taken.update(item.checkpoint_files)
+                continue
+            for rel in item.checkpoint_files:
+                if rel not in taken:
+                    st.move(_storage.join(item.checkpoint_staging, rel),
+                            _storage.join(dest, rel))
+                    taken.add(rel)
+        return taken
+
+    def _write_checkpoint_extras(self, dest: str, index: int, metrics: Dict[str, Any],
+                                 taken: Set[str]) -> List[str]:
+        """The fitted preprocessor and ``model_card.json``, unless the ranks wrote
+        files of those names themselves (theirs are kept)."""
+        from engine._internal.data import save_preprocessor
+
+        written = []
+        name = save_preprocessor(self.storage, dest, self.spec.preprocessor)
+        if name:
+            written.append(name)
+        if constants.MODEL_CARD_FILE not in taken:
+            card = dict(self.spec.model_card)
+            card.update(
+                metrics=metrics, config=self.record.driver_fields()["config"],
+                created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), checkpoint_index=index,
+                run_name=self.name, preprocessor=name,
+            )
+            self.storage.write_json_atomic(_storage.join(dest, constants.MODEL_CARD_FILE), card)
+            written.append(constants.MODEL_CARD_FILE)
+        return written
+
+    def _checkpoint(self, path: str, metrics: Dict[str, Any]) -> Checkpoint:
+        ckpt = Checkpoint(path, self.storage.fs)
+        ckpt.metrics = metrics
+        return ckpt
+
+
+def _staging_round(items: Dict[int, ReportItem]) -> Optional[str]:
+    """The staging directory of a round (its ranks' staging directories' parent)."""
+    for item in items.values():
+        if item.checkpoint_staging:
+            return item.checkpoint_staging.rsplit("/", 1)[0]
+    return None
