@@ -56,16 +56,6 @@ class Checkpoint:
         self.owns_directory = bool(owns_directory)
         self.metrics: Optional[Dict[str, Any]] = None
 
-    # The old private spelling of owns_directory: engine/tune/_loop.py sets it and the
-    # controller reads it until they use owns_directory.
-    @property
-    def _owned_tmp(self) -> bool:
-        return self.owns_directory
-
-    @_owned_tmp.setter
-    def _owned_tmp(self, value: bool) -> None:
-        self.owns_directory = bool(value)
-
     # --- constructors ----------------------------------------------------------
     @classmethod
     def from_directory(cls, path: str) -> "Checkpoint":

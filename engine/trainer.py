@@ -144,7 +144,7 @@ class DataParallelTrainer(BaseTrainer):
             resume_from_checkpoint=self.resume_from_checkpoint,
             worker_env=self._worker_env(),
         )
-        # The controller saves it into each committed checkpoint (data.save_preprocessor).
+        # The controller saves it into each committed checkpoint (engine.preprocessors.save_preprocessor).
         spec.preprocessor = self.preprocessor
         spec.model_card = self._model_card()
         return spec

@@ -29,6 +29,7 @@ from engine._internal.run_spec import RunSpec
 from engine._internal.session import ReportItem
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError
+from engine.preprocessors import save_preprocessor
 
 
 class CheckpointCommitter:
@@ -96,7 +97,7 @@ class CheckpointCommitter:
         dest = _storage.join(self.storage.root, self.manager.next_dir_name())
         with ckpt.as_directory() as local_dir:
             files = self.storage.upload_dir(local_dir, dest)
-        if getattr(ckpt, "_owned_tmp", False):
+        if ckpt.owns_directory:
             shutil.rmtree(ckpt.path, ignore_errors=True)
         metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
         self._publish(dest, index, iteration, metrics, files)
@@ -140,8 +141,6 @@ class CheckpointCommitter:
                                  taken: Set[str]) -> List[str]:
         """The fitted preprocessor and ``model_card.json``, unless the ranks wrote
         files of those names themselves (theirs are kept)."""
-        from engine._internal.data import save_preprocessor
-
         written = []
         name = save_preprocessor(self.storage, dest, self.spec.preprocessor)
         if name:

@@ -28,9 +28,9 @@ from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
 from engine._internal.session import TrainContext
+from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
-from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
@@ -70,7 +70,8 @@ class Controller:
         self.callbacks = CallbackRunner.with_defaults(self.run_config.callbacks)
         self.state = RunState.INITIALIZING
         self.name = self.run_config.name or _fresh_name(spec.trainer_name)
-        root = _storage.Storage.from_path(_default_storage(self.run_config),
+        root = _storage.Storage.from_path(default_root(self.run_config.storage_path,
+                                                       self.run_config.storage_filesystem),
                                           self.run_config.storage_filesystem)
         self.storage = _storage.Storage(root.fs, _storage.join(root.root, self.name))
         self.record = RunRecord(self.storage, self.name)
@@ -344,10 +345,4 @@ class Controller:
 def _fresh_name(trainer_name: str) -> str:
     return f"{trainer_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{uuid.uuid4().hex[:6]}"
 
-
-def _default_storage(run_config: RunConfig) -> str:
-    import os
-
-    return run_config.storage_path or os.environ.get(
-        constants.STORAGE_PATH_ENV_VAR, constants.DEFAULT_STORAGE_PATH)
 

@@ -22,7 +22,6 @@ from engine.config import DataConfig
 from engine.exceptions import ConfigError
 from engine.preprocessors import Preprocessor
 # Their home is engine.preprocessors; the controller still imports them from here.
-from engine.preprocessors import load_preprocessor, save_preprocessor  # noqa: F401
 
 logger = logging.getLogger("engine")
 

@@ -362,8 +362,7 @@ class TrialLoop:
             logger.warning("PBT: could not copy %s's checkpoint (%s); %s goes on unchanged.",
                            exploit.donor.trial_name, exc, run.trial.trial_name)
             return None
-        ckpt = Checkpoint(local)
-        ckpt._owned_tmp = True
+        ckpt = Checkpoint(local, owns_directory=True)
         ckpt.metrics = dict(source.metrics or {})
         with self._lock:
             trial = run.trial
