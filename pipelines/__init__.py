@@ -146,6 +146,21 @@ class PipelineSpec:
         if self.mode not in ("min", "max"):
             raise ValueError(f"PipelineSpec({self.name!r}).mode must be 'min' or 'max'.")
 
+    def check_columns(self, columns: List[str], what: str = "the data") -> None:
+        """Fail before training when ``what`` lacks the label column.
+
+        Raises:
+            ConfigError: naming the pipeline, the columns there are, and the fix.
+        """
+        if self.label_column not in columns:
+            from engine.exceptions import ConfigError
+
+            raise ConfigError(
+                f"Pipeline {self.name!r} predicts {self.label_column!r}, which {what} does "
+                f"not have (columns: {list(columns)}): train on a source that has it "
+                "(trainyard run --source, the flow's source, the DAG's source param), or "
+                "set the PipelineSpec's label_column.")
+
     def _set_default(self, attr: str, fn: Callable[..., Any], default: bool = True) -> None:
         value = getattr(self, attr)
         if value is None or isinstance(value, _Default):

@@ -113,7 +113,8 @@ class TabularData:
             ctx = get_context()
             rows = shard_rows(len(X), ctx.get_world_rank(), ctx.get_world_size())
             X, y = X[rows], y[rows]
-        return np.ascontiguousarray(X), y
+        # Writable copies: torch.from_numpy warns about (and shares) read-only buffers.
+        return np.require(X, requirements=["C", "W"]), np.require(y, requirements=["W"])
 
 
 def shard_rows(n: int, rank: int, size: int) -> np.ndarray:
