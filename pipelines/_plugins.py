@@ -8,6 +8,7 @@ the plugin and the fix, and never affects the other pipelines.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import re
@@ -147,6 +148,7 @@ def discover() -> Dict[str, PipelineEntry]:
     entry whose ``error`` names both (the same target declared twice is one)."""
     out: Dict[str, PipelineEntry] = {}
     for entry in candidates():
+        entry = dataclasses.replace(entry, others=[])  # the cached ones stay as read
         first = out.get(entry.name)
         if first is None:
             out[entry.name] = entry
