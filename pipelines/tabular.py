@@ -24,9 +24,12 @@ import numpy as np
 def resolve(uri: str) -> Tuple[Any, str]:
     """``(pyarrow filesystem, path)`` of a storage URI, credentials included."""
     try:
-        from engine.storage import resolve as _resolve  # the public module, where it exists
-    except ImportError:
-        from engine._internal.storage import resolve as _resolve
+        from engine.storage import resolve as _resolve  # engine's public storage module
+    except ImportError:  # a tree from before engine.storage: through the tasks layer
+        from tasks._store import open_dir
+
+        storage, inner = open_dir(uri)
+        return storage.fs, inner
     return _resolve(uri)
 
 

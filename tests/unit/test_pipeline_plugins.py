@@ -95,6 +95,14 @@ def test_builtins_are_found_when_the_installed_metadata_lists_no_entry_points(mo
     assert rows()["digits"]["distribution"] == "trainyard" and rows()["digits"]["error"] is None
 
 
+def test_trainyard_own_entry_points_are_read_like_any_plugin(tmp_path, monkeypatch):
+    installed(tmp_path, monkeypatch, "trainyard", "9.9.9", dict(_plugins.BUILTIN))
+    found = [c for c in _plugins.candidates() if c.name == "digits"]
+    assert [(c.origin, c.target) for c in found] == [("trainyard 9.9.9",
+                                                      "pipelines.digits:SPEC")]
+    assert get_pipeline("digits").name == "digits" and rows()["digits"]["error"] is None
+
+
 def test_stale_trainyard_metadata_loses_to_the_running_code(tmp_path, monkeypatch):
     installed(tmp_path, monkeypatch, "trainyard", "0.0.1",
               {"digits": "pipelines.old_digits:SPEC"})  # a module that no longer exists
