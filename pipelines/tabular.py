@@ -23,13 +23,8 @@ import numpy as np
 
 def resolve(uri: str) -> Tuple[Any, str]:
     """``(pyarrow filesystem, path)`` of a storage URI, credentials included."""
-    try:
-        from engine.storage import resolve as _resolve  # engine's public storage module
-    except ImportError:  # a tree from before engine.storage: through the tasks layer
-        from tasks._store import open_dir
+    from engine.storage import resolve as _resolve
 
-        storage, inner = open_dir(uri)
-        return storage.fs, inner
     return _resolve(uri)
 
 
