@@ -11,7 +11,8 @@ validation metrics pass the gate, and only then emits an event on the model's as
 ``batch_predict_<pipeline>`` (dags/batch_predict.py). A failed gate skips ``promote``.
 
 Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC), no catch-up,
-one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (default ``digits``).
+one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated; default:
+every pipeline discovery finds — trainyard's own and every installed plugin's).
 Storage: the ``storage`` param, else ``$TRAINYARD_STORAGE_PATH`` (``s3://…`` on a cluster).
 Training runs on the Ray cluster at ``$RAY_ADDRESS``, or on a local Ray.
 
@@ -22,7 +23,7 @@ only; Ray, torch and the rest load inside the task bodies.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
@@ -77,22 +78,26 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "scaling": {"num_workers": p["num_workers"]},
         "param_space": p["param_space"],
         "tune_config": {"num_samples": p["tune_samples"], "seed": p["seed"]},
-        "tune_run": {"storage": storage, "config": {spec.epochs_key: p["tune_epochs"]},
+        "tune_run": {"storage": storage,
+                     "config": {spec.epochs_key: p["tune_epochs"]} if spec.epochs_key else {},
                      "max_failures": p["max_failures"], "num_to_keep": 1},
         "train_run": {"storage": storage, "config": dict(p["train_config"] or {}),
                       "max_failures": p["max_failures"]},
-        "train_epochs": p["train_epochs"] or spec.defaults[spec.epochs_key],
+        # A model without epochs (scikit-learn) has no epochs key: nothing to set.
+        "train_epochs": p["train_epochs"] or spec.defaults.get(spec.epochs_key or ""),
         "epochs_key": spec.epochs_key,
         "gate": p["gate"],
     }
 
 
 @task(task_id="final_config")
-def final_config(train_run: Dict[str, Any], tuned: Dict[str, Any], epochs_key: str,
-                 train_epochs: int) -> Dict[str, Any]:
+def final_config(train_run: Dict[str, Any], tuned: Dict[str, Any],
+                 epochs_key: Optional[str], train_epochs: Optional[int]) -> Dict[str, Any]:
     """The final training's ``run``: the best tuned config, the extra hyperparameters
     over it, and the full epoch count."""
-    config = {**tuned["best_config"], **train_run["config"], epochs_key: train_epochs}
+    config = {**tuned["best_config"], **train_run["config"]}
+    if epochs_key and train_epochs:
+        config[epochs_key] = train_epochs
     return {**train_run, "config": config}
 
 

@@ -43,7 +43,8 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     """Retrain a pipeline's model, promote it if it passes the gate, score with it.
 
     Args:
-        pipeline: A registered pipeline (``digits``, ``breast_cancer``).
+        pipeline: A pipeline name (``digits``, ``breast_cancer``, or an installed
+            plugin's: ``trainyard pipelines`` lists them).
         source: Data to train on (default: the pipeline's, e.g. ``sklearn:digits``).
         storage: Storage root for data, runs, models, predictions and reports
             (default ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``).
@@ -72,14 +73,15 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     scaling = {"num_workers": num_workers}
     with _quiet_ray_data():
         data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
+        spec.check_columns(data.columns)
         stratify = spec.label_column if spec.task == "classification" else None
         splits = split_task.with_options(**retry)(data, test_size, seed, stratify)
         tuned = tune_task.with_options(**retry)(
             pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
-            scaling, {"storage": storage, "config": {spec.epochs_key: tune_epochs},
+            scaling, {"storage": storage, "config": epochs_config(spec, tune_epochs),
                       "max_failures": max_failures, "num_to_keep": 1})
         config = {**tuned.best_config, **(train_config or {}),
-                  spec.epochs_key: train_epochs or spec.defaults[spec.epochs_key]}
+                  **epochs_config(spec, train_epochs)}
         ckpt = train_task.with_options(**retry)(
             pipeline, splits, scaling, {"storage": storage, "config": config,
                                         "max_failures": max_failures})
@@ -104,6 +106,15 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     return summary
 
 
+def epochs_config(spec: Any, epochs: Optional[int]) -> Dict[str, Any]:
+    """``{epochs_key: epochs}`` (default: the pipeline's), or nothing for a model without
+    epochs (scikit-learn)."""
+    if not spec.epochs_key:
+        return {}
+    epochs = epochs or spec.defaults.get(spec.epochs_key)
+    return {} if epochs is None else {spec.epochs_key: epochs}
+
+
 @contextlib.contextmanager
 def _quiet_ray_data() -> Iterator[None]:
     """No Ray Data progress bars in flow logs (they are redrawn lines meant for a TTY)."""
@@ -125,10 +136,11 @@ def format_summary(summary: Dict[str, Any]) -> str:
     val = summary.get("validation", {})
     shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                       for k, v in val.items())
-    key = summary.get("epochs_key", "epochs")
+    key = summary.get("epochs_key")
     best = {k: v for k, v in summary["best_config"].items() if k != key}
     rounds = (f" ({summary['trials']} trials of {summary['best_config'].get(key)} {key}; "
-              f"trained with {summary['trained_config'].get(key)} {key})")
+              f"trained with {summary['trained_config'].get(key)} {key})") if key else \
+        f" ({summary['trials']} trials)"
     return "\n".join([
         f"== retrain {summary['pipeline']}: "
         f"{'PROMOTED' if summary['promoted'] else 'not promoted'}",

@@ -101,9 +101,7 @@ def train_datasets(datasets: Mapping[str, Any]) -> Dict[str, DatasetRef]:
 def trainer_metadata(spec: Any, refs: Dict[str, DatasetRef]) -> Dict[str, Any]:
     """The model card's metadata: feature and label columns, task, data fingerprint."""
     train_ref = refs["train"]
-    if spec.label_column not in train_ref.schema:
-        raise ConfigError(f"Pipeline {spec.name!r} predicts {spec.label_column!r}, which the "
-                          f"training data does not have (columns: {train_ref.columns}).")
+    spec.check_columns(train_ref.columns, "the training data")
     return {"feature_columns": [c for c in train_ref.schema if c != spec.label_column],
             "label_column": spec.label_column, "task": spec.task, "pipeline": spec.name,
             "data_fingerprint": train_ref.fingerprint}
@@ -177,11 +175,39 @@ def trial_rows(grid: Any, metric: str, config_of: Any) -> List[Dict[str, Any]]:
         for key, value in sorted(config_of(result).items()):
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[f"config/{key}"] = value
-        row[metric] = finite_or_none(result.metrics.get(metric))
+        row[metric] = finite_or_none(metric_value(result.metrics, metric))
         row["training_iteration"] = result.metrics.get("training_iteration")
         row["error"] = None if result.error is None else str(result.error).splitlines()[0]
         rows.append(json_safe(row))
     return rows
+
+
+def metric_value(metrics: Optional[Mapping[str, Any]], name: str) -> Any:
+    """``metrics[name]``, reaching into nested dicts for ``a/b`` (SklearnTrainer reports
+    ``{"validation": {"test_score": ...}}``, which a pipeline names
+    ``validation/test_score``)."""
+    node: Any = metrics or {}
+    if name in node:
+        return node[name]
+    for part in name.split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def best_result(grid: Any, metric: str, mode: str) -> Any:
+    """The trial with the best last ``metric``; nested metrics (``a/b``) too."""
+    if "/" not in metric:
+        return grid.get_best_result(metric, mode)
+    scored = [(metric_value(r.metrics, metric), r) for r in grid if r.error is None]
+    scored = [(v, r) for v, r in scored
+              if isinstance(v, (int, float)) and finite_or_none(float(v)) is not None]
+    if not scored:
+        raise ConfigError(f"No trial reported the metric {metric!r}: set the pipeline's "
+                          "metric to one its trainer reports.")
+    pick = max if mode == "max" else min
+    return pick(scored, key=lambda pair: pair[0])[1]
 
 
 def json_safe(value: Any) -> Any:

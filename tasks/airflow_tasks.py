@@ -44,9 +44,9 @@ logger = logging.getLogger("tasks.airflow")
 RETRIES = 2
 #: The alias the retrain DAGs promote and the batch-predict DAGs score with.
 DEFAULT_ALIAS = "production"
-#: Which pipelines get a retrain and a batch-predict DAG (comma-separated names).
+#: Which pipelines get a retrain and a batch-predict DAG (comma-separated names; unset
+#: or empty: every pipeline discovery finds).
 PIPELINES_ENV_VAR = "TRAINYARD_AIRFLOW_PIPELINES"
-DEFAULT_PIPELINES = "digits"
 #: The retrain DAGs' cron schedule.
 SCHEDULE_ENV_VAR = "TRAINYARD_RETRAIN_SCHEDULE"
 DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
@@ -63,21 +63,26 @@ def model_asset(pipeline: str, alias: str = DEFAULT_ALIAS) -> Asset:
 
 
 def dag_pipelines() -> List[str]:
-    """The pipelines to build DAGs for: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated,
-    default ``digits``), checked against the pipeline registry.
+    """The pipelines to build DAGs for: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated),
+    by default every pipeline discovery finds (trainyard's own and every installed
+    plugin's). Only names are read: no pipeline module is imported at parse time, and a
+    plugin that cannot load fails its own DAG's first task, not the others.
 
     Raises:
-        ValueError: a name the registry does not know (the DAG file's import error then
+        ValueError: a name discovery does not know (the DAG file's import error then
             says which names exist).
     """
-    from pipelines import list_pipelines  # the registry only: no pipeline module loads
+    from pipelines import list_pipelines  # entry points and names only: nothing loads
 
-    names = [p.strip() for p in os.environ.get(PIPELINES_ENV_VAR, DEFAULT_PIPELINES).split(",")
-             if p.strip()]
-    unknown = [p for p in names if p not in list_pipelines()]
+    known = list_pipelines()
+    value = os.environ.get(PIPELINES_ENV_VAR, "").strip()
+    if not value:
+        return known
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in names if p not in known]
     if unknown:
         raise ValueError(f"{PIPELINES_ENV_VAR} names unknown pipelines {unknown}: use "
-                         f"{list_pipelines()}.")
+                         f"{known} (or install the package that provides them).")
     return names
 
 

@@ -1,6 +1,7 @@
 """``trainyard``: ad-hoc pipeline runs and a look at what storage holds.
 
-    trainyard pipelines                         registered pipelines
+    trainyard pipelines                         pipelines found, and where from
+    trainyard new-pipeline churn --framework xgboost   a package for your own model
     trainyard run digits --workers 2 --epochs 5 ingest → split → train → evaluate
     trainyard run digits --name nightly         the same name resumes that run
     trainyard runs                              runs in storage: state, best metric
@@ -50,18 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("runs", parents=[common], help="list runs in storage")
     show = sub.add_parser("show", parents=[common], help="details of one run")
     show.add_argument("run", help="run name (as `trainyard runs` lists it)")
-    sub.add_parser("pipelines", parents=[common], help="list registered pipelines")
+    sub.add_parser("pipelines", parents=[common],
+                   help="list pipelines: built in, installed plugins, $TRAINYARD_PIPELINES")
+    new = sub.add_parser("new-pipeline", help="write a package for your own pipeline")
+    new.add_argument("name", help="pipeline name (lower-case letters, digits, _)")
+    new.add_argument("--framework", required=True,
+                     choices=["torch", "xgboost", "lightgbm", "sklearn", "tensorflow"])
+    new.add_argument("--dir", default=None,
+                     help="project directory to create (default ./<name>-pipeline)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``trainyard`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    if args.storage and "://" not in args.storage:
+    if getattr(args, "storage", None) and "://" not in args.storage:
         args.storage = os.path.abspath(os.path.expanduser(args.storage))
     try:
-        return {"run": _run, "runs": _runs, "show": _show,
-                "pipelines": _pipelines}[args.command](args)
+        return {"run": _run, "runs": _runs, "show": _show, "pipelines": _pipelines,
+                "new-pipeline": _new_pipeline}[args.command](args)
     except (TrainyardError, LookupError, ValueError) as exc:
         print(f"trainyard {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -74,8 +82,12 @@ def _run(args: argparse.Namespace) -> int:
     spec = get_pipeline(args.pipeline)
     config = _overrides(args.set)
     if args.epochs is not None:
+        if not spec.epochs_key:
+            raise ValueError(f"Pipeline {spec.name!r} ({spec.framework}) has no epochs: drop "
+                             "--epochs (set its hyperparameters with --set KEY=VALUE).")
         config[spec.epochs_key] = args.epochs
     data = core.ingest(args.source or spec.source, storage=args.storage)
+    spec.check_columns(data.columns)
     stratify = spec.label_column if spec.task == "classification" else None
     splits = core.split(data, args.test_size, args.seed, stratify)
     name = args.name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -167,17 +179,39 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _pipelines(args: argparse.Namespace) -> int:
-    from pipelines import get_pipeline, list_pipelines
+    from pipelines import pipeline_entries
 
-    specs = [get_pipeline(n) for n in list_pipelines()]
+    rows = pipeline_entries()
     if args.json:
-        print(json.dumps([{"name": s.name, "framework": s.framework, "source": s.source,
-                           "metric": s.metric, "description": s.description}
-                          for s in specs], indent=1))
+        print(json.dumps(rows, indent=1))
         return 0
-    _table([["NAME", "FRAMEWORK", "SOURCE", "METRIC", "DESCRIPTION"]]
-           + [[s.name, s.framework, s.source, f"{s.metric} ({s.mode})", s.description]
-              for s in specs])
+    _table([["NAME", "FRAMEWORK", "METRIC", "FROM", "DESCRIPTION"]]
+           + [[r["name"], r["framework"] or "-",
+               f"{r['metric']} ({r['mode']})" if r["metric"] else "-", r["origin"],
+               f"ERROR: {r['error']}" if r["error"] else (r["description"] or "-")]
+              for r in rows])
+    broken = [r["name"] for r in rows if r["error"]]
+    if broken:
+        print(f"{len(broken)} pipeline(s) cannot be used: {', '.join(broken)} (see ERROR "
+              "above); the others work.", file=sys.stderr)
+    return 0
+
+
+def _new_pipeline(args: argparse.Namespace) -> int:
+    from pipelines.scaffold import distribution_name, package_name, write_scaffold
+
+    root = write_scaffold(args.name, args.framework, args.dir)
+    print(f"Wrote the {args.name} pipeline ({args.framework}) to {root}:")
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        print(f"  {path.relative_to(root)}")
+    print(f"""
+Next:
+  cd {root}
+  pytest                        # trains it one epoch through trainyard's tasks
+  pip install -e .              # the entry point: trainyard now finds {args.name!r}
+  trainyard run {args.name}
+Edit {package_name(args.name)}/pipeline.py for your model and data; the distribution is
+{distribution_name(args.name)!r}. README.md has the Prefect and Airflow commands.""")
     return 0
 
 

@@ -124,7 +124,9 @@ def split(dataset: DatasetLike, test_size: float = 0.2, seed: int = 0,
                           "e.g. 0.2.")
     if stratify_column is not None and stratify_column not in ref.schema:
         raise ConfigError(f"split(stratify_column={stratify_column!r}): the data set has no "
-                          f"such column (it has {ref.columns}).")
+                          f"such column (it has {ref.columns}). If that is a pipeline's "
+                          "label column, the data does not fit the pipeline: give it a "
+                          "source with that column, or fix the PipelineSpec's label_column.")
     st = Storage.from_path(ref.uri)
     inner = st.root
     tag = f"-by-{_store.clean_name(stratify_column)}" if stratify_column else ""
@@ -222,7 +224,7 @@ def tune(pipeline: str, datasets: Mapping[str, DatasetLike],
     if grid.num_errors == len(grid):
         raise TaskError(f"Every one of the {len(grid)} trials failed; the first: "
                         f"{grid.errors[0] if grid.errors else 'no trials ran'}")
-    best = grid.get_best_result(tc.metric, tc.mode)
+    best = _training.best_result(grid, tc.metric, tc.mode)
     best_config = _training.json_safe({**config, **spec.config_of(best)})
     return TuneRef(best=_training.checkpoint_ref(spec, best, best_config, refs,
                                                   settings.storage),

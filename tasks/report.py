@@ -33,7 +33,7 @@ def summarize(pipeline: str, checkpoint: CheckpointRef, metrics: Mapping[str, An
               promotion: Promotion, tuned: Optional[TuneRef] = None,
               predictions: Optional[DatasetRef] = None,
               production: Optional[CheckpointRef] = None,
-              epochs_key: str = "epochs") -> Dict[str, Any]:
+              epochs_key: Optional[str] = "epochs") -> Dict[str, Any]:
     """The facts a person wants after a retraining, as JSON."""
     return {
         "pipeline": pipeline,

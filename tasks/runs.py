@@ -131,7 +131,7 @@ def _metric_of(st: Storage, path: str, data: Dict[str, Any]
 
                 spec = get_pipeline(pipeline)
                 return spec.metric, spec.mode
-            except KeyError:
+            except (LookupError, ValueError):  # unknown, or a plugin that cannot load
                 break
     return None, None
 
