@@ -187,10 +187,14 @@ OWN_GPU_INDEX_ENV_VAR = _setting(
     "CUDA_VISIBLE_DEVICES.", scope="internal")
 
 # --- orchestration, build and tests (read outside engine/) --------------------------------
+PIPELINES_ENV_VAR = _setting(
+    "TRAINYARD_PIPELINES", None,
+    "Pipelines on the path but not installed: name=module:attr,... (beside the "
+    "trainyard.pipelines entry points).", scope="pipelines")
 AIRFLOW_PIPELINES_ENV_VAR = _setting(
-    "TRAINYARD_AIRFLOW_PIPELINES", "digits",
+    "TRAINYARD_AIRFLOW_PIPELINES", "",
     "Comma-separated pipelines that get a retrain and a batch-predict Airflow DAG.",
-    scope="Airflow")
+    scope="Airflow", default_text="every pipeline found")
 RETRAIN_SCHEDULE_ENV_VAR = _setting(
     "TRAINYARD_RETRAIN_SCHEDULE", "0 3 * * 1",
     "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC).", scope="Airflow")

@@ -15,13 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from engine.constants import PIPELINES_ENV_VAR
 from engine.exceptions import ConfigError
 
 #: The entry-point group a distribution lists its pipelines in (``pyproject.toml``:
 #: ``[project.entry-points."trainyard.pipelines"] churn = "churn_pipeline.pipeline:SPEC"``).
 ENTRY_POINT_GROUP = "trainyard.pipelines"
 #: Pipelines on the path but not installed: ``name=module:attr,name2=module2:attr2``.
-PIPELINES_ENV_VAR = "TRAINYARD_PIPELINES"
 #: trainyard's own pipelines. pyproject.toml lists the same as entry points; this table
 #: keeps them found where the installed metadata predates those (a source checkout).
 BUILTIN: Dict[str, str] = {

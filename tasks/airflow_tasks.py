@@ -38,6 +38,8 @@ from typing import Any, Callable, Dict, List, Optional
 from airflow.sdk import Asset, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from engine import constants
+
 logger = logging.getLogger("tasks.airflow")
 
 #: Task retries (a retried ``train`` or ``tune`` resumes, so a retry is cheap).
@@ -46,9 +48,9 @@ RETRIES = 2
 DEFAULT_ALIAS = "production"
 #: Which pipelines get a retrain and a batch-predict DAG (comma-separated names; unset
 #: or empty: every pipeline discovery finds).
-PIPELINES_ENV_VAR = "TRAINYARD_AIRFLOW_PIPELINES"
+PIPELINES_ENV_VAR = constants.AIRFLOW_PIPELINES_ENV_VAR
 #: The retrain DAGs' cron schedule.
-SCHEDULE_ENV_VAR = "TRAINYARD_RETRAIN_SCHEDULE"
+SCHEDULE_ENV_VAR = constants.RETRAIN_SCHEDULE_ENV_VAR
 DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
 ASSET_URI_SCHEME = "trainyard"
 
