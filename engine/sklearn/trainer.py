@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Optional
 
-from engine._internal.gbdt import TRAIN_DATASET
+from engine._internal.gbdt.data import TRAIN_DATASET
 from engine.checkpoint import Checkpoint
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
@@ -99,7 +99,7 @@ class SklearnTrainer(DataParallelTrainer):
         return spec
 
     def _model_card(self) -> Dict[str, Any]:
-        from engine._internal.gbdt import known_feature_columns
+        from engine._internal.gbdt.data import known_feature_columns
 
         card = super()._model_card()
         if card.get("feature_columns") is None:
