@@ -7,7 +7,6 @@ from typing import Any, List, Optional
 
 from engine._internal.gbdt.predictor import BoosterPredictor
 from engine.lightgbm.checkpoint import LightGBMCheckpoint
-from engine.lightgbm.config import import_lightgbm
 
 _AUTO_NAME = re.compile(r"Column_\d+$")  # what LightGBM calls unnamed features
 
