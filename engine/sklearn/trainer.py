@@ -6,6 +6,7 @@ import functools
 from typing import Any, Dict, Optional
 
 from engine._internal.gbdt.data import TRAIN_DATASET
+from engine._internal.gbdt.trainer import cpus_per_worker
 from engine.checkpoint import Checkpoint
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
@@ -89,7 +90,7 @@ class SklearnTrainer(DataParallelTrainer):
             "return_train_score_cv": self.return_train_score_cv,
             "parallelize_cv": self.parallelize_cv,
             "set_estimator_cpus": self.set_estimator_cpus,
-            "cpus": max(1, int(scaling.worker_resources.get("CPU", 1))),
+            "cpus": cpus_per_worker(scaling),
             "eval_datasets": [n for n in self.datasets if n != TRAIN_DATASET],
         }
         spec = super()._run_spec()

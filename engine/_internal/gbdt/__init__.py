@@ -3,13 +3,14 @@
 batches with part of it too.
 
 Each module holds the framework-neutral half of one piece, and the framework packages
-keep what differs (the library calls: DMatrix vs Dataset, saving and loading a booster,
-the collective set-up, parameter names):
+keep what differs (the library calls: DMatrix vs Dataset, the Booster class and its
+file name, the collective set-up, parameter names):
 
 - :mod:`.trainer`: ``GBDTTrainer``, the seed-style and function-style trainer.
 - :mod:`.loop`: how a built-in loop starts (``start_boosting``, ``rounds_left``).
 - :mod:`.callback`: ``BoosterReportCallback`` and the per-round reporting rules.
-- :mod:`.checkpoint`: ``BoosterCheckpoint``, a booster (and its class) in its framework's file format.
+- :mod:`.checkpoint`: ``BoosterCheckpoint``, a booster (and its class) in its
+  framework's file format.
 - :mod:`.predictor`: ``BoosterPredictor``, ``ModelFeatureNames``, ``features_frame``.
 - :mod:`.config`: ``GBDTConfig``, ``import_framework``, the workers' collective
   parameters.
