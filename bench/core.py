@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-REPO = Path(__file__).resolve().parent.parent
+# The child-process protocol and its JSON files live in bench._child (stdlib only, so
+# anchor processes can import it); the names stay importable from here.
+from bench._child import REPO, child_env, read_json, write_json  # noqa: F401
 
 
 # --- targets and metrics ------------------------------------------------------------
@@ -121,18 +123,6 @@ class Context:
             tail = log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{' '.join(cmd[:6])}... exited with {rc}; log tail:\n{tail}")
         return wall
-
-
-def child_env(**extra: str) -> Dict[str, str]:
-    """The environment for a benchmark subprocess: ours and the anchor get the same one.
-
-    The repository is on PYTHONPATH (the torchrun script and the trainyard child import
-    ``bench``); RAY_ADDRESS is dropped so a child starts its own Ray like a fresh process.
-    """
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH")] if p)
-    env.update(extra)
-    return env
 
 
 @dataclass
@@ -342,19 +332,3 @@ def loadavg() -> Optional[List[float]]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def read_json(path: Path) -> Dict[str, Any]:
-    import json
-
-    with open(path) as f:
-        return json.load(f)
-
-
-def write_json(path: Path, data: Any) -> None:
-    import json
-
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.replace(tmp, path)

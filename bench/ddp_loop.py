@@ -18,7 +18,6 @@ standard library.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -27,6 +26,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from bench._child import write_json
 
 IN_DIM = 32
 ROWS = 4096
@@ -95,10 +96,7 @@ def write_result(path: str, framework: str, epochs: int, in_loop_s: float,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "pid": os.getpid(),
     }
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def _optimizer(model: nn.Module) -> torch.optim.Optimizer:

@@ -5,10 +5,11 @@ batch 256, SGD, with ``hvd.DistributedOptimizer`` (gradients averaged, as DDP do
 ``hvd.broadcast_parameters`` from rank 0 and a ``DistributedSampler`` over Horovod's
 ranks (seed 0, ``set_epoch(epoch)``), so both end at the same loss.
 
-Ours: a fresh ``python -m bench.horovod --child ...`` process running
-``engine.horovod.HorovodTrainer`` (Ray started by the engine, a report every epoch).
-Anchor: ``horovodrun -np 2 -H localhost:2 --gloo python -m bench.horovod --anchor ...``
-(no report). Rank 0 times the loop itself (first epoch start → end of the last epoch).
+Ours: a fresh ``python -m bench.horovod --child ours ...`` process (``bench._child``)
+running ``engine.horovod.HorovodTrainer`` (Ray started by the engine, a report every
+epoch). Anchor: ``horovodrun -np 2 -H localhost:2 --gloo python -m bench.horovod
+--child anchor ...`` (no report). Rank 0 times the loop itself (first epoch start → end
+of the last epoch).
 Both sides run one torch thread per process (Ray gives a 1-CPU worker
 ``OMP_NUM_THREADS=1``; the anchor gets the same), like torchrun in the ``ddp`` row.
 
@@ -17,14 +18,13 @@ This module imports neither torch nor horovod until a child process runs.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
-from bench.core import (Context, Metric, Target, Workload, child_env, read_json, register,
-                        write_json)
+from bench._child import child_env, child_main, read_json, run_child
+from bench.core import Context, Metric, Target, Workload, register
 
 NPROC = 2
 
@@ -44,19 +44,20 @@ def _horovodrun() -> str:
 
 def run_ours(ctx: Context) -> Dict[str, Any]:
     loop_out = ctx.workdir / "loop.json"
-    cmd = [sys.executable, "-m", "bench.horovod", "--child", "--epochs",
-           str(_epochs(ctx.quick)), "--out", str(loop_out),
-           "--storage", str(ctx.workdir / "runs")]
-    wall = ctx.run_process(cmd, env=child_env(), log_name="trainyard")
+    wall, _ = run_child(ctx, "bench.horovod", "ours", {
+        "epochs": _epochs(ctx.quick), "out": str(loop_out),
+        "storage": str(ctx.workdir / "runs")}, log_name="trainyard")
     return {"whole_wall_s": wall, **_loop_extra(read_json(loop_out))}
 
 
 def run_anchor(ctx: Context) -> Dict[str, Any]:
     loop_out = ctx.workdir / "loop.json"
-    cmd = [_horovodrun(), "-np", str(NPROC), "-H", f"localhost:{NPROC}", "--gloo",
-           sys.executable, "-m", "bench.horovod", "--anchor", "--epochs",
-           str(_epochs(ctx.quick)), "--out", str(loop_out)]
-    wall = ctx.run_process(cmd, env=child_env(OMP_NUM_THREADS="1"), log_name="horovodrun")
+    launcher = [_horovodrun(), "-np", str(NPROC), "-H", f"localhost:{NPROC}", "--gloo",
+                sys.executable]
+    wall, _ = run_child(ctx, "bench.horovod", "anchor",
+                        {"epochs": _epochs(ctx.quick), "out": str(loop_out)},
+                        env=child_env(OMP_NUM_THREADS="1"), log_name="horovodrun",
+                        launcher=launcher)
     return {"whole_wall_s": wall, **_loop_extra(read_json(loop_out))}
 
 
@@ -104,7 +105,7 @@ def trainyard_train_func(config: Dict[str, Any]) -> None:
                      len(loader), ends)
 
 
-def anchor_main(args: argparse.Namespace) -> None:
+def anchor_main(epochs: int, out: str) -> None:
     """The anchor: one process of ``horovodrun -np 2 --gloo``."""
     import horovod.torch as hvd
 
@@ -112,16 +113,15 @@ def anchor_main(args: argparse.Namespace) -> None:
 
     model, loader, sampler, optimizer = _setup(hvd)
     ends: List[float] = []
-    in_loop_s, loss = run_epochs(model, loader, optimizer, args.epochs,
+    in_loop_s, loss = run_epochs(model, loader, optimizer, epochs,
                                  on_epoch_end=lambda epoch, l: None,
                                  before_epoch=sampler.set_epoch, epoch_ends=ends)
     if hvd.rank() == 0:
-        write_result(args.out, "horovodrun", args.epochs, in_loop_s, loss, len(loader),
-                     ends)
+        write_result(out, "horovodrun", epochs, in_loop_s, loss, len(loader), ends)
     hvd.shutdown()
 
 
-def child_main(args: argparse.Namespace) -> None:
+def ours_process(epochs: int, out: str, storage: str) -> None:
     """Ours: what a user's ``python train.py`` with a HorovodTrainer does."""
     from bench.horovod import trainyard_train_func  # by reference, not as __main__'s
     from engine import RunConfig, ScalingConfig
@@ -129,11 +129,11 @@ def child_main(args: argparse.Namespace) -> None:
 
     result = HorovodTrainer(
         trainyard_train_func,
-        train_loop_config={"epochs": args.epochs, "out": args.out},
+        train_loop_config={"epochs": epochs, "out": out},
         scaling_config=ScalingConfig(num_workers=NPROC),
-        run_config=RunConfig(storage_path=args.storage),
+        run_config=RunConfig(storage_path=storage),
     ).fit()
-    assert result.metrics["epoch"] == args.epochs - 1, result.metrics
+    assert result.metrics["epoch"] == epochs - 1, result.metrics
 
 
 register(Workload(
@@ -158,22 +158,6 @@ register(Workload(
 ))
 
 
-def main(argv: List[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--child", action="store_true")
-    parser.add_argument("--anchor", action="store_true")
-    parser.add_argument("--epochs", type=int, required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--storage")
-    args = parser.parse_args(argv)
-    if args.anchor:
-        anchor_main(args)
-    elif args.child:
-        child_main(args)
-    else:
-        sys.exit("usage: python -m bench.horovod --child|--anchor ... (run by bench.run)")
-
-
 if __name__ == "__main__":
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    main(sys.argv[1:])
+    child_main({"ours": ours_process, "anchor": anchor_main})

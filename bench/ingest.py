@@ -157,6 +157,7 @@ register(Workload(
     rep_timeout_s=900.0,
     notes=["The Parquet file is generated once into $BENCH_CACHE_DIR (default "
            "/tmp/trainyard_bench_cache) and reused.",
-           "Ours reads the path through engine._internal.data.to_ray_dataset "
-           "(ray.data.read_parquet) and streaming_split(2, equal=True)."],
+           "Ours hands the trainer the path (datasets={'train': path}): the engine reads "
+           "it with ray.data.read_parquet and splits it with streaming_split(2, "
+           "equal=True)."],
 ))

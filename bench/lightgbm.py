@@ -1,7 +1,8 @@
 """LightGBM on the XGBoost row's data (500k × 28 synthetic binary), 50 rounds, 2 workers.
 
-Every side is a fresh ``python -m bench.lightgbm --side ...`` process (like a user's
-script), so ``whole_wall_s`` is process start to exit, Ray start and shutdown included.
+Every side is a fresh ``python -m bench.lightgbm --child <side> ...`` process (like a
+user's script; ``bench._child``), so ``whole_wall_s`` is process start to exit, Ray
+start and shutdown included.
 
 - ours: ``engine.lightgbm.LightGBMTrainer`` (built-in loop, ``tree_learner="data"``)
   on 2 workers, datasets given as Parquet paths, a report every round and the final
@@ -16,14 +17,12 @@ validation (50k rows) are eval sets on both sides. ``--quick``: 100k rows, 20 ro
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from pathlib import Path
 from typing import Any, Dict
 
+from bench._child import child_main, write_json
 from bench.core import Metric, Target, Workload, register
-from bench.xgboost import NUM_WORKERS, child_main, data_paths, run_side, sizes
+from bench.xgboost import NUM_WORKERS, data_paths, run_side, side_roles, sizes
 
 PARAMS = {"objective": "binary", "metric": "binary_logloss", "num_leaves": 63,
           "max_depth": 6, "learning_rate": 0.1, "verbose": -1}
@@ -53,8 +52,7 @@ class StampEnd:
 
     def __call__(self, env: Any) -> None:
         if env.iteration == env.end_iteration - 1 and _rank() == 0:
-            Path(self.start.out).write_text(json.dumps({"start": self.start.start,
-                                                        "end": time.time()}))
+            write_json(self.start.out, {"start": self.start.start, "end": time.time()})
 
 
 def _rank() -> int:
@@ -127,4 +125,4 @@ register(Workload(
 
 
 if __name__ == "__main__":
-    child_main(sys.argv[1:], SIDES)
+    child_main(side_roles(SIDES))

@@ -15,6 +15,7 @@ import signal
 import time
 from typing import Any, Callable, Dict
 
+from bench._child import read_json, write_json
 from bench.core import Context, Metric, Target, Workload, register
 
 NUM_WORKERS = 2
@@ -30,11 +31,9 @@ def make_loop(report: Callable, get_checkpoint: Callable, get_rank: Callable,
         rank = get_rank()
         for i in range(KILL_AT + 3):
             if restarted and rank == 0 and i == 0:
-                with open(config["first_report"], "w") as fh:
-                    fh.write(json.dumps(time.time()))
+                write_json(config["first_report"], time.time())
             if not restarted and rank == 1 and i == KILL_AT:
-                with open(config["killed"], "w") as fh:
-                    fh.write(json.dumps(time.time()))
+                write_json(config["killed"], time.time())
                 os.kill(os.getpid(), signal.SIGKILL)
             report({"i": i}, checkpoint=from_dict(i) if i == 0 else None)
             time.sleep(0.05)
@@ -73,9 +72,7 @@ def _measure(ctx: Context, fit: Callable[[Dict[str, Any]], None]) -> Dict[str, A
     config = {"killed": str(ctx.workdir / "killed.json"),
               "first_report": str(ctx.workdir / "first_report.json")}
     fit(config)
-    killed = json.loads(open(config["killed"]).read())
-    first = json.loads(open(config["first_report"]).read())
-    return {"recovery_s": first - killed}
+    return {"recovery_s": read_json(config["first_report"]) - read_json(config["killed"])}
 
 
 def run_ours(ctx: Context) -> Dict[str, Any]:

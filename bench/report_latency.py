@@ -8,12 +8,12 @@ call at a barrier for ~2 s, so the anchor makes fewer calls).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
-from bench.core import Context, Metric, Target, Workload, percentile, read_json, register
+from bench._child import read_json, write_json
+from bench.core import Context, Metric, Target, Workload, percentile, register
 
 NUM_WORKERS = 2
 
@@ -22,11 +22,6 @@ def _calls(quick: bool, side: str) -> int:
     if side == "ours":
         return 20 if quick else 200
     return 3 if quick else 5
-
-
-def _write(path: str, latencies: List[float]) -> None:
-    with open(path, "w") as f:
-        json.dump({"latencies_s": latencies}, f)
 
 
 def ours_train_func(config: Dict[str, Any]) -> None:
@@ -38,7 +33,7 @@ def ours_train_func(config: Dict[str, Any]) -> None:
         engine.report({"i": i})
         latencies.append(time.perf_counter() - t0)
     if engine.get_context().get_world_rank() == 0:
-        _write(config["out"], latencies)
+        write_json(config["out"], {"latencies_s": latencies})
 
 
 def anchor_train_func(config: Dict[str, Any]) -> None:
@@ -50,7 +45,7 @@ def anchor_train_func(config: Dict[str, Any]) -> None:
         ray.train.report({"i": i})
         latencies.append(time.perf_counter() - t0)
     if ray.train.get_context().get_world_rank() == 0:
-        _write(config["out"], latencies)
+        write_json(config["out"], {"latencies_s": latencies})
 
 
 def _summarize(path, fit_wall: float) -> Dict[str, Any]:

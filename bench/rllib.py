@@ -8,18 +8,18 @@ anchor, ``config.build_algo()`` + an ``algo.train()`` loop + ``algo.stop()`` in 
 driver. Same config (RLlib's PPO defaults with lr 3e-4, 6 epochs, vf_loss_coeff 0.01,
 seed 0), 2 env runners of 1 CPU each, the same stop (return ≥ 150 or 20 iterations).
 
-Run ``python -m bench.rllib ours|anchor OUT_JSON WORKDIR [--quick]`` for one side.
+Run ``python -m bench.rllib --child ours|anchor --params '{"workdir": DIR}' --result
+OUT_JSON`` for one side (``bench._child``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import functools
 import time
 from typing import Any, Dict
 
-from bench.core import (Context, Metric, Target, Workload, child_env, count_ray_objects,
-                        register)
+from bench._child import child_main, run_child, with_own_ray
+from bench.core import Context, Metric, Target, Workload, register
 
 NUM_CPUS = 4
 TARGET_RETURN = 150.0
@@ -79,29 +79,19 @@ def _anchor(workdir: str) -> Dict[str, Any]:
             "build_s": t_built - t0, "driver_torch_threads": torch.get_num_threads()}
 
 
-def _child(side: str, out_path: str, workdir: str) -> None:
-    import ray
+def _child(side: str, workdir: str) -> Dict[str, Any]:
+    def run() -> Dict[str, Any]:
+        import ray.rllib.algorithms.ppo  # noqa: F401  (both sides: imported before timing)
 
-    # address="local": a fresh instance even if another local cluster is running.
-    ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False,
-             _node_ip_address="127.0.0.1", log_to_driver=False)
-    import ray.rllib.algorithms.ppo  # noqa: F401  (both sides: imported before timing)
+        return _ours(workdir) if side == "ours" else _anchor(workdir)
 
-    out = _ours(workdir) if side == "ours" else _anchor(workdir)
-    time.sleep(2.0)  # actor kills and placement group removals are asynchronous
-    out["child_ray_objects_after_fit"] = count_ray_objects()
-    with open(out_path, "w") as f:
-        json.dump(out, f)
-    ray.shutdown()
+    return with_own_ray(NUM_CPUS, run)
 
 
 def _run(ctx: Context) -> Dict[str, Any]:
-    out_path = ctx.workdir / "result.json"
-    cmd = [sys.executable, "-m", "bench.rllib", ctx.side, str(out_path),
-           str(ctx.workdir / "runs")]
-    process_wall = ctx.run_process(cmd, env=child_env(), log_name=f"{ctx.side}_rllib")
-    with open(out_path) as f:
-        out = json.load(f)
+    process_wall, out = run_child(ctx, "bench.rllib", ctx.side,
+                                  {"workdir": str(ctx.workdir / "runs")},
+                                  log_name=f"{ctx.side}_rllib")
     out["process_wall_s"] = process_wall
     return out
 
@@ -130,4 +120,4 @@ register(Workload(
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2], sys.argv[3])
+    child_main({side: functools.partial(_child, side) for side in ("ours", "anchor")})

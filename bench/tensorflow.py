@@ -1,13 +1,14 @@
 """A small Keras job on 2 workers under MultiWorkerMirroredStrategy: in-loop time.
 
-Ours: a fresh ``python -m bench.tensorflow --child ...`` process that runs
+Ours: a fresh ``python -m bench.tensorflow --child ours ...`` process that runs
 ``engine.tensorflow.TensorflowTrainer(trainyard_train_func)`` (Ray started by the engine,
 ``TF_CONFIG`` set by the backend, Keras logs reported every epoch through
 ``ReportCheckpointCallback``), like a user's script. Anchor: the same job hand-started
-as 2 plain processes with ``TF_CONFIG`` (``python -m bench.tensorflow --anchor ...``
-launches them on free loopback ports), no report. Both run :func:`run_job`: the same
-data, model, seeds, batch size and epochs; rank 0 times the loop itself (start of the
-first epoch → end of the last) and writes it to a JSON file.
+as 2 plain processes with ``TF_CONFIG`` (``python -m bench.tensorflow --child anchor
+...`` launches them on free loopback ports; all through ``bench._child``), no report.
+Both run :func:`run_job`: the same data, model, seeds, batch size and epochs; rank 0
+times the loop itself (start of the first epoch → end of the last) and writes it to a
+JSON file.
 
 Both sides' processes get ``TF_USE_LEGACY_KERAS=1`` (Keras 3 does not train under the
 strategy) and ``OMP_NUM_THREADS=1``, as Ray gives a 1-CPU worker, so the thread setup is
@@ -16,7 +17,6 @@ the same. The runner's own Ray is shut down first (``ray_mode="none"``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -25,8 +25,9 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from bench.core import (Context, Metric, Target, Workload, child_env, count_ray_objects,
-                        read_json, register, runner_maxrss_bytes, write_json)
+from bench._child import (Phases, child_command, child_env, child_main, fit_and_count,
+                          loop_summary, process_report, read_json, run_child, write_json)
+from bench.core import Context, Metric, Target, Workload, register
 
 NPROC = 2
 ROWS = 16384
@@ -97,13 +98,6 @@ def run_job(epochs: int, on_epoch_end: Optional[Callable[[int, Dict[str, Any]], 
     }
 
 
-def _write(path: str, data: Dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def trainyard_train_func(config: Dict[str, Any]) -> None:
     """Ours: the job, reporting Keras's logs every epoch (as ReportCheckpointCallback
     does with ``checkpoint_on=[]``)."""
@@ -113,73 +107,55 @@ def trainyard_train_func(config: Dict[str, Any]) -> None:
     out = run_job(config["epochs"], on_epoch_end=lambda epoch, logs: engine.report(
         dict(select_metrics(logs or {}, None), epoch=epoch)))
     if engine.get_context().get_world_rank() == 0:
-        _write(config["out"], dict(out, framework="trainyard"))
+        write_json(config["out"], dict(out, framework="trainyard"))
 
 
 # --- sides ---------------------------------------------------------------------------
 def run_ours(ctx: Context) -> Dict[str, Any]:
     loop_out = ctx.workdir / "loop.json"
-    info_out = ctx.workdir / "child.json"
-    cmd = [sys.executable, "-m", "bench.tensorflow", "--child", "--epochs",
-           str(_epochs(ctx.quick)), "--loop-out", str(loop_out), "--info-out", str(info_out),
-           "--storage", str(ctx.workdir / "runs")]
-    wall = ctx.run_process(cmd, env=child_env(TF_CPP_MIN_LOG_LEVEL="2"), log_name="trainyard")
-    loop = read_json(loop_out)
-    info = read_json(info_out)
-    return {"whole_wall_s": wall, **_loop_extra(ctx, loop),
-            "child_phases_s": info["phases_s"],
-            "child_ray_objects_after_fit": {k: v for k, v in info["ray_objects"].items()
-                                            if k not in ("actor_ids", "placement_group_ids")},
-            "child_maxrss_mb": info["maxrss_bytes"] / 2**20}
+    wall, info = run_child(ctx, "bench.tensorflow", "ours", {
+        "epochs": _epochs(ctx.quick), "loop_out": str(loop_out),
+        "storage": str(ctx.workdir / "runs")},
+        env=child_env(TF_CPP_MIN_LOG_LEVEL="2"), log_name="trainyard")
+    return {"whole_wall_s": wall, **_loop_extra(ctx, read_json(loop_out)), **info}
 
 
 def run_anchor(ctx: Context) -> Dict[str, Any]:
     loop_out = ctx.workdir / "loop.json"
-    cmd = [sys.executable, "-m", "bench.tensorflow", "--anchor", "--epochs",
-           str(_epochs(ctx.quick)), "--loop-out", str(loop_out)]
-    wall = ctx.run_process(cmd, env=child_env(), log_name="mwms")
+    wall, _ = run_child(ctx, "bench.tensorflow", "anchor",
+                        {"epochs": _epochs(ctx.quick), "loop_out": str(loop_out)},
+                        log_name="mwms")
     return {"whole_wall_s": wall, **_loop_extra(ctx, read_json(loop_out))}
 
 
 def _loop_extra(ctx: Context, loop: Dict[str, Any]) -> Dict[str, Any]:
-    keys = ("in_loop_s", "final_loss", "first_epoch_s", "epoch_median_s", "epoch_max_s",
-            "loop_cpu_s", "replicas", "keras", "omp_num_threads", "tf_intra_op_threads")
-    out = {k: loop.get(k) for k in keys}
-    if ctx.last_process_start_unix and loop.get("loop_start_unix"):
-        out["start_to_loop_s"] = loop["loop_start_unix"] - ctx.last_process_start_unix
-        out["loop_end_to_exit_s"] = ctx.last_process_end_unix - loop["loop_end_unix"]
-    return out
+    return loop_summary(ctx, loop, (
+        "in_loop_s", "final_loss", "first_epoch_s", "epoch_median_s", "epoch_max_s",
+        "loop_cpu_s", "replicas", "keras", "omp_num_threads", "tf_intra_op_threads"))
 
 
 # --- processes -------------------------------------------------------------------------
-def child_main(args: argparse.Namespace) -> None:
+def ours_process(epochs: int, loop_out: str, storage: str) -> Dict[str, Any]:
     """Ours' whole process: what a user's ``python train.py`` does."""
-    t_main = time.perf_counter()
+    phases = Phases()
     from engine import RunConfig, ScalingConfig
     from engine.tensorflow import TensorflowTrainer
 
-    t_imported = time.perf_counter()
-    from engine._internal.ray_utils import ensure_ray
+    phases.mark("imports_s")
+    from engine.runtime import ensure_ray
 
     ensure_ray()  # fit() starts Ray itself; started here first only to time that step apart
-    t_ray = time.perf_counter()
-    result = TensorflowTrainer(
-        trainyard_train_func,
-        train_loop_config={"epochs": args.epochs, "out": args.loop_out},
-        scaling_config=ScalingConfig(num_workers=NPROC),
-        run_config=RunConfig(storage_path=args.storage),
-    ).fit()
-    t_fit = time.perf_counter()
-    assert result.metrics["epoch"] == args.epochs - 1, result.metrics
-    ray_objects = count_ray_objects()
+    phases.mark("ray_start_s")
+    trainer = TensorflowTrainer(trainyard_train_func,
+                                train_loop_config={"epochs": epochs, "out": loop_out},
+                                scaling_config=ScalingConfig(num_workers=NPROC),
+                                run_config=RunConfig(storage_path=storage))
+    ray_objects = fit_and_count(trainer, phases, epochs)
     import ray
 
-    t_counted = time.perf_counter()
     ray.shutdown()
-    write_json(args.info_out, {"phases_s": {
-        "imports_s": t_imported - t_main, "ray_start_s": t_ray - t_imported,
-        "fit_s": t_fit - t_ray, "ray_shutdown_s": time.perf_counter() - t_counted},
-        "ray_objects": ray_objects, "maxrss_bytes": runner_maxrss_bytes()})
+    phases.mark("ray_shutdown_s")
+    return process_report(phases.seconds, ray_objects)
 
 
 def _free_port() -> int:
@@ -188,7 +164,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def anchor_main(args: argparse.Namespace) -> None:
+def anchor_main(epochs: int, loop_out: str) -> None:
     """The anchor's launcher: 2 plain processes with TF_CONFIG, like a user starting
     ``python train.py`` on each worker by hand."""
     addresses = [f"127.0.0.1:{_free_port()}" for _ in range(NPROC)]
@@ -196,18 +172,18 @@ def anchor_main(args: argparse.Namespace) -> None:
     for index in range(NPROC):
         env = dict(os.environ, **WORKER_ENV, TF_CONFIG=json.dumps(
             {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}))
-        cmd = [sys.executable, "-m", "bench.tensorflow", "--anchor-worker", "--epochs",
-               str(args.epochs), "--loop-out", args.loop_out]
+        cmd = child_command("bench.tensorflow", "anchor_worker",
+                            {"epochs": epochs, "loop_out": loop_out})
         procs.append(subprocess.Popen(cmd, env=env))
     codes = [p.wait() for p in procs]
     if any(codes):
         sys.exit(f"anchor workers exited with {codes}")
 
 
-def anchor_worker_main(args: argparse.Namespace) -> None:
-    out = run_job(args.epochs)
+def anchor_worker_main(epochs: int, loop_out: str) -> None:
+    out = run_job(epochs)
     if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
-        _write(args.loop_out, dict(out, framework="mwms"))
+        write_json(loop_out, dict(out, framework="mwms"))
 
 
 register(Workload(
@@ -236,24 +212,6 @@ register(Workload(
 ))
 
 
-def _parse(argv: List[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.tensorflow")
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--child", action="store_true")
-    mode.add_argument("--anchor", action="store_true")
-    mode.add_argument("--anchor-worker", action="store_true")
-    p.add_argument("--epochs", type=int, required=True)
-    p.add_argument("--loop-out", required=True)
-    p.add_argument("--info-out")
-    p.add_argument("--storage")
-    return p.parse_args(argv)
-
-
 if __name__ == "__main__":
-    _args = _parse(sys.argv[1:])
-    if _args.child:
-        child_main(_args)
-    elif _args.anchor:
-        anchor_main(_args)
-    else:
-        anchor_worker_main(_args)
+    child_main({"ours": ours_process, "anchor": anchor_main,
+                "anchor_worker": anchor_worker_main})

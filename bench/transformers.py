@@ -8,25 +8,26 @@ torch datasets, which the Trainer shards across the 2 ranks. The in-loop time is
 ``Trainer.train()`` call (:class:`timed trainer <_timed_trainer_class>`), so it includes
 the Trainer's evaluation and saving, and on our side the reports and checkpoint uploads.
 
-* ours: a fresh ``python -m bench.transformers --child ...`` process (Ray started by the
-  engine's embedded default), like a user's script.
+* ours: a fresh ``python -m bench.transformers --child ours ...`` process (Ray started
+  by the engine's embedded default), like a user's script.
 * anchor: ``python -m torch.distributed.run --nproc_per_node=2 -m bench.transformers
-  --anchor ...`` (run as a module: a script named transformers.py would shadow the
+  --child anchor ...`` (run as a module: a script named transformers.py would shadow the
   library).
+
+Both processes are started through ``bench._child``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import socket
 import sys
 import time
 from typing import Any, Dict, Optional
 
-from bench.core import (Context, Metric, Target, Workload, child_env, read_json, register,
-                        write_json)
+from bench._child import (child_env, child_main, loop_summary, read_json, run_child,
+                          write_json)
+from bench.core import Context, Metric, Target, Workload, register
 
 NPROC = 2
 N_TRAIN, N_VAL, BATCH = 2000, 400, 32
@@ -128,18 +129,19 @@ def _tokenizer_dir(ctx: Context) -> str:
 # --- the two sides ---------------------------------------------------------------------
 def run_ours(ctx: Context) -> Dict[str, Any]:
     config = _config(ctx, _tokenizer_dir(ctx))
-    cmd = [sys.executable, "-m", "bench.transformers", "--child", "--config",
-           json.dumps(config), "--storage", str(ctx.workdir / "runs")]
-    wall = ctx.run_process(cmd, env=child_env(HF_HUB_OFFLINE="1"), log_name="trainyard")
+    wall, _ = run_child(ctx, "bench.transformers", "ours",
+                        {"config": config, "storage": str(ctx.workdir / "runs")},
+                        env=child_env(HF_HUB_OFFLINE="1"), log_name="trainyard")
     return _result(ctx, wall, config)
 
 
 def run_anchor(ctx: Context) -> Dict[str, Any]:
     config = _config(ctx, _tokenizer_dir(ctx))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={NPROC}",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           "-m", "bench.transformers", "--anchor", "--config", json.dumps(config)]
-    wall = ctx.run_process(cmd, env=child_env(HF_HUB_OFFLINE="1"), log_name="torchrun")
+    launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={NPROC}",
+                "--master_addr=127.0.0.1", f"--master_port={_free_port()}"]
+    wall, _ = run_child(ctx, "bench.transformers", "anchor", {"config": config},
+                        env=child_env(HF_HUB_OFFLINE="1"), log_name="torchrun",
+                        launcher=launcher)
     return _result(ctx, wall, config)
 
 
@@ -147,39 +149,25 @@ def _result(ctx: Context, wall: float, config: Dict[str, Any]) -> Dict[str, Any]
     loop = read_json(config["timing_out"])
     if loop["world_size"] != NPROC:
         raise RuntimeError(f"the Trainer ran on {loop['world_size']} process(es), not {NPROC}")
-    return {"whole_wall_s": wall, "in_loop_s": loop["in_loop_s"],
-            **{k: loop[k] for k in ("loop_cpu_s", "loop_thread_cpu_s", "global_step",
-                                    "eval_accuracy", "train_loss")},
-            "start_to_loop_s": loop["loop_start_unix"] - ctx.last_process_start_unix,
-            "loop_end_to_exit_s": ctx.last_process_end_unix - loop["loop_end_unix"]}
+    return {"whole_wall_s": wall, **loop_summary(ctx, loop, (
+        "in_loop_s", "loop_cpu_s", "loop_thread_cpu_s", "global_step", "eval_accuracy",
+        "train_loss"))}
 
 
-def child_main(argv: list) -> None:
+def ours_process(config: Dict[str, Any], storage: str) -> None:
     """trainyard's whole process: what a user's ``python train.py`` does."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--child", action="store_true")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--storage", required=True)
-    args = parser.parse_args(argv)
-    config = json.loads(args.config)
-
     from engine import RunConfig, ScalingConfig
     from engine.huggingface import TransformersTrainer
 
     result = TransformersTrainer(
         trainer_init, trainer_init_config=config, datasets=datasets(config["tokenizer_dir"]),
         scaling_config=ScalingConfig(num_workers=NPROC),
-        run_config=RunConfig(storage_path=args.storage, verbose=0)).fit()
+        run_config=RunConfig(storage_path=storage, verbose=0)).fit()
     assert result.metrics["epoch"] == config["epochs"], result.metrics
 
 
-def anchor_main(argv: list) -> None:
+def anchor_main(config: Dict[str, Any]) -> None:
     """One process of ``torchrun --nproc_per_node=2``: the Trainer sets up DDP itself."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--anchor", action="store_true")
-    parser.add_argument("--config", required=True)
-    args = parser.parse_args(argv)
-    config = json.loads(args.config)
     data = datasets(config["tokenizer_dir"])
     trainer_init(data["train"], data["evaluation"], **config).train()
 
@@ -209,9 +197,4 @@ register(Workload(
 
 
 if __name__ == "__main__":
-    if "--child" in sys.argv[1:]:
-        child_main(sys.argv[1:])
-    elif "--anchor" in sys.argv[1:]:
-        anchor_main(sys.argv[1:])
-    else:
-        sys.exit("usage: python -m bench.transformers --child|--anchor ... (run by bench.run)")
+    child_main({"ours": ours_process, "anchor": anchor_main})

@@ -13,18 +13,18 @@ worker start. Ours starts n workers (a ``DataParallelTrainer`` with ``num_worker
 the anchor is a Ray Tune function trial with ``PlacementGroupFactory([{"CPU": 1}] * n)``
 (one actor in an n-bundle placement group: Ray Tune starts one process per trial).
 
-Run ``python -m bench.tuner ours|anchor OUT_JSON WORKDIR [--quick]`` for one side.
+Run ``python -m bench.tuner --child ours|anchor --params '{"workdir": DIR, "quick": true}'
+--result OUT_JSON`` for one side (``bench._child``).
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import functools
 import time
 from typing import Any, Dict
 
-from bench.core import (Context, Metric, Target, Workload, child_env, count_ray_objects,
-                        register)
+from bench._child import child_main, run_child, with_own_ray
+from bench.core import Context, Metric, Target, Workload, register
 
 NUM_CPUS = 2
 
@@ -122,28 +122,16 @@ def _anchor(workdir: str, s: Dict[str, int]) -> Dict[str, Any]:
     return out
 
 
-def _child(side: str, out_path: str, workdir: str, quick: bool) -> None:
-    import ray
-
-    s = sizes(quick)
-    ray.init(address="local", num_cpus=NUM_CPUS, include_dashboard=False,
-             _node_ip_address="127.0.0.1", log_to_driver=False)
-    out = _ours(workdir, s) if side == "ours" else _anchor(workdir, s)
-    time.sleep(2.0)  # actor kills and placement group removals are asynchronous
-    out["child_ray_objects_after_fit"] = count_ray_objects()
-    with open(out_path, "w") as f:
-        json.dump(out, f)
-    ray.shutdown()
+def _child(side: str, workdir: str, quick: bool) -> Dict[str, Any]:
+    run = _ours if side == "ours" else _anchor
+    return with_own_ray(NUM_CPUS, lambda: run(workdir, sizes(quick)))
 
 
 # --- the workload ----------------------------------------------------------------------
 def _run(ctx: Context) -> Dict[str, Any]:
-    out_path = ctx.workdir / "result.json"
-    cmd = [sys.executable, "-m", "bench.tuner", ctx.side, str(out_path),
-           str(ctx.workdir / "runs")] + (["--quick"] if ctx.quick else [])
-    process_wall = ctx.run_process(cmd, env=child_env(), log_name=f"{ctx.side}_tuner")
-    with open(out_path) as f:
-        out = json.load(f)
+    params = {"workdir": str(ctx.workdir / "runs"), "quick": ctx.quick}
+    process_wall, out = run_child(ctx, "bench.tuner", ctx.side, params,
+                                  log_name=f"{ctx.side}_tuner")
     out["process_wall_s"] = process_wall
     return out
 
@@ -175,4 +163,4 @@ register(Workload(
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2], sys.argv[3], "--quick" in sys.argv[4:])
+    child_main({side: functools.partial(_child, side) for side in ("ours", "anchor")})

@@ -1,7 +1,8 @@
 """XGBoost, 500k × 28 synthetic binary rows, 50 rounds, ``hist``, depth 6, 2 workers.
 
-Every side is a fresh ``python -m bench.xgboost --side ...`` process (like a user's
-script), so ``whole_wall_s`` is process start to exit, Ray start and shutdown included.
+Every side is a fresh ``python -m bench.xgboost --child <side> ...`` process (like a
+user's script; ``bench._child``), so ``whole_wall_s`` is process start to exit, Ray
+start and shutdown included.
 
 - ours: ``engine.xgboost.XGBoostTrainer`` (built-in loop) on 2 workers, datasets given
   as Parquet paths, a report every round and the final checkpoint.
@@ -20,15 +21,14 @@ The data is generated once into ``$BENCH_CACHE_DIR`` (default
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
-import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
-from bench.core import Context, Metric, Target, Workload, child_env, read_json, register
+from bench._child import child_main, read_json, run_child, write_json
+from bench.core import Context, Metric, Target, Workload, register
 
 NUM_WORKERS = 2
 FEATURES = 28
@@ -90,7 +90,7 @@ def _stamp_callback(out: str) -> Any:
 
         def after_training(self, model):
             if xgboost.collective.get_rank() == 0:
-                Path(out).write_text(json.dumps({"start": self.start, "end": time.time()}))
+                write_json(out, {"start": self.start, "end": time.time()})
             return model
 
     return Stamp()
@@ -167,32 +167,27 @@ def side_ray_train(train: str, valid: str, rounds: int, stamp: str, storage: str
 SIDES = {"ours": side_ours, "single": side_single, "ray_train": side_ray_train}
 
 
-def child_main(argv: list, sides: Dict[str, Any] = SIDES) -> None:
-    """One side, in this process: writes ``side.json`` (and rank 0 ``stamp.json``)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--side", choices=sorted(sides), required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--valid", required=True)
-    parser.add_argument("--rounds", type=int, required=True)
-    parser.add_argument("--workdir", required=True)
-    args = parser.parse_args(argv)
-    workdir = Path(args.workdir)
-    stamp = str(workdir / "stamp.json")
+def _timed_side(side: Callable[..., Dict[str, Any]], **params: Any) -> Dict[str, Any]:
+    """One side, in this process: its result plus the wall of the side call."""
     t0 = time.perf_counter()
-    out = sides[args.side](args.train, args.valid, args.rounds, stamp, str(workdir / "runs"))
+    out = side(**params)
     out["side_call_s"] = time.perf_counter() - t0
-    (workdir / "side.json").write_text(json.dumps(out))
+    return out
+
+
+def side_roles(sides: Dict[str, Callable[..., Dict[str, Any]]]) -> Dict[str, Callable]:
+    """The ``bench._child`` roles of a module's sides (rank 0 writes ``stamp.json``)."""
+    return {name: functools.partial(_timed_side, side) for name, side in sides.items()}
 
 
 def run_side(ctx: Context, side: str, module: str = "bench.xgboost") -> Dict[str, Any]:
     """Run one side in a fresh process: the whole wall, the in-training span, extras."""
     train, valid = data_paths(ctx.quick)
-    cmd = [sys.executable, "-m", module, "--side", side, "--train", str(train),
-           "--valid", str(valid), "--rounds", str(sizes(ctx.quick)["rounds"]),
-           "--workdir", str(ctx.workdir)]
-    wall = ctx.run_process(cmd, env=child_env(), log_name=side)
-    out = read_json(ctx.workdir / "side.json")
-    return {"whole_wall_s": wall, "in_training_s": _span(ctx.workdir / "stamp.json"), **out}
+    stamp = ctx.workdir / "stamp.json"
+    wall, out = run_child(ctx, module, side, {
+        "train": str(train), "valid": str(valid), "rounds": sizes(ctx.quick)["rounds"],
+        "stamp": str(stamp), "storage": str(ctx.workdir / "runs")}, log_name=side)
+    return {"whole_wall_s": wall, "in_training_s": _span(stamp), **out}
 
 
 _NOTES = ["Each side is a fresh process with its own Ray (ray_mode none); the anchor's "
@@ -232,4 +227,4 @@ register(Workload(
 
 
 if __name__ == "__main__":
-    child_main(sys.argv[1:])
+    child_main(side_roles(SIDES))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
+import operator
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine._internal.gbdt import TRAIN_DATASET, read_shard, rounds_left
+from engine._internal.gbdt.data import TRAIN_DATASET, read_shard
+from engine._internal.gbdt.loop import start_boosting
 from engine.lightgbm.config import get_network_params, import_lightgbm
-
-logger = logging.getLogger("engine")
 
 # LightGBM's aliases of num_threads and tree_learner (its docs' Parameters page).
 THREAD_PARAMS = ("num_threads", "num_thread", "nthread", "nthreads", "n_jobs")
@@ -21,33 +20,19 @@ def lightgbm_seed_loop(config: Dict[str, Any],
     ``num_boost_round`` rounds in all (continuing a checkpointed model)."""
     lightgbm = import_lightgbm()
     from engine.lightgbm.callback import ReportCallback
-    from engine.lightgbm.checkpoint import LightGBMCheckpoint, load_booster
-    from engine.session import get_checkpoint, get_context, report
 
     kwargs = dict(train_kwargs or {})
     params = _params(config)
     dtrain, valid_sets, valid_names, rows = _datasets(lightgbm, config["label_column"],
                                                       config["eval_datasets"])
-    checkpoint = get_checkpoint()
-    init_model = load_booster(checkpoint) if checkpoint is not None else None
-    done = init_model.current_iteration() if init_model is not None else 0
-    todo = rounds_left(config["num_boost_round"], done)
-    extra = {"worker_train_rows": rows}
-    if todo == 0:
-        logger.warning("The model to resume from has %d rounds, num_boost_round=%d: "
-                       "nothing left to train.", done, config["num_boost_round"])
-        rank0 = get_context().get_world_rank() == 0
-        report(dict(extra, num_boosted_rounds=done),
-               checkpoint=LightGBMCheckpoint.from_model(init_model) if rank0 else None)
+    start = start_boosting(ReportCallback, operator.methodcaller("current_iteration"),
+                           config, {"worker_train_rows": rows}, kwargs)
+    if start is None:
         return
-    callback = ReportCallback(frequency=config["checkpoint_frequency"],
-                              checkpoint_at_end=config["checkpoint_at_end"],
-                              extra_metrics=extra)
-    callbacks = [callback, *(kwargs.pop("callbacks", None) or [])]
-    booster = lightgbm.train(params, dtrain, num_boost_round=todo, valid_sets=valid_sets,
-                             valid_names=valid_names, init_model=init_model,
-                             callbacks=callbacks, **kwargs)
-    callback.finish(booster)  # early stopping: the final model in one more report
+    booster = lightgbm.train(params, dtrain, num_boost_round=start.rounds,
+                             valid_sets=valid_sets, valid_names=valid_names,
+                             init_model=start.init_model, callbacks=start.callbacks, **kwargs)
+    start.callback.finish(booster)  # early stopping: the final model in one more report
     if "machines" in params:
         booster.free_network()  # close the listening port now, not at garbage collection
 

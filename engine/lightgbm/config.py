@@ -9,12 +9,13 @@ whole ``machines`` list (``ip:port,…`` in rank order), its own ``local_listen_
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from engine._internal.backend import Backend, BackendConfig
-from engine.exceptions import ConfigError, WorkerGroupStartupError
+from engine._internal.backend import Backend
+from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
+                                          set_worker_params)
+from engine.exceptions import WorkerGroupStartupError
 
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
@@ -25,34 +26,7 @@ _PORT_ATTEMPTS = 5
 
 def import_lightgbm() -> Any:
     """``import lightgbm`` with an install hint when it is missing."""
-    try:
-        import lightgbm
-    except ImportError as exc:
-        raise ImportError(_INSTALL_HINT) from exc
-    return lightgbm
-
-
-@dataclass
-class LightGBMConfig(BackendConfig):
-    """How the workers' LightGBM network is set up.
-
-    Args:
-        timeout_s: How long a worker waits on its peers' sockets before it fails the
-            run (LightGBM's ``time_out``, rounded up to whole minutes). A worker that
-            dies is noticed at once anyway.
-    """
-
-    timeout_s: int = 1800
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.timeout_s, int) or isinstance(self.timeout_s, bool) \
-                or self.timeout_s <= 0:
-            raise ConfigError(f"LightGBMConfig(timeout_s={self.timeout_s!r}) must be an "
-                              "integer > 0 (seconds).")
-
-    @property
-    def backend_cls(self) -> type:
-        return LightGBMBackend
+    return import_framework("lightgbm", _INSTALL_HINT)
 
 
 class LightGBMBackend(Backend):
@@ -63,14 +37,30 @@ class LightGBMBackend(Backend):
 
         n = len(worker_group)
         if n == 1:
-            ray.get(worker_group.actors[0].execute.remote(_set_network_params, {}))
+            ray.get(worker_group.actors[0].execute.remote(set_worker_params, "lightgbm", {}))
             return
         addresses = _distinct_ports(worker_group)
         machines = ",".join(f"{ip}:{port}" for ip, port in addresses)
         minutes = max(1, math.ceil(backend_config.timeout_s / 60))
-        ray.get([actor.execute.remote(_set_network_params, {
+        ray.get([actor.execute.remote(set_worker_params, "lightgbm", {
             "machines": machines, "local_listen_port": port, "num_machines": n,
             "time_out": minutes}) for actor, (_, port) in zip(worker_group.actors, addresses)])
+
+
+@dataclass
+class LightGBMConfig(GBDTConfig):
+    """How the workers' LightGBM network is set up.
+
+    Args:
+        timeout_s: How long a worker waits on its peers' sockets before it fails the
+            run (LightGBM's ``time_out``, rounded up to whole minutes). A worker that
+            dies is noticed at once anyway.
+
+    Raises:
+        ConfigError: ``timeout_s`` is not an integer > 0.
+    """
+
+    _backend = LightGBMBackend
 
 
 def _distinct_ports(worker_group: "WorkerGroup") -> List[Tuple[str, int]]:
@@ -87,16 +77,6 @@ def _distinct_ports(worker_group: "WorkerGroup") -> List[Tuple[str, int]]:
 
 
 # --- worker side -------------------------------------------------------------------------
-_network_params: Optional[Dict[str, Any]] = None
-_params_lock = threading.Lock()
-
-
-def _set_network_params(params: Dict[str, Any]) -> None:
-    global _network_params
-    with _params_lock:
-        _network_params = dict(params)
-
-
 def get_network_params() -> Dict[str, Any]:
     """LightGBM parameters that make this worker part of the run's network: merge them
     into your ``params`` in a ``LightGBMTrainer(train_loop_per_worker=f)`` function.
@@ -108,8 +88,7 @@ def get_network_params() -> Dict[str, Any]:
     Raises:
         RuntimeError: called outside a LightGBMTrainer's worker.
     """
-    with _params_lock:
-        params = dict(_network_params) if _network_params is not None else None
+    params = get_worker_params("lightgbm")
     if params is None:
         raise RuntimeError("get_network_params() is only known inside a LightGBMTrainer's "
                            "training function (its backend sets it up on each worker).")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
-from engine._internal.gbdt import TRAIN_DATASET, read_shard
+from engine._internal.gbdt.data import TRAIN_DATASET, read_shard
 
 # Estimator parameters that set a thread or process count (scikit-learn's n_jobs, also
 # in nested estimators as "<step>__n_jobs"; CatBoost's thread_count).

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from engine._internal.gbdt import ModelFeatureNames, features_frame
+from engine._internal.gbdt.predictor import ModelFeatureNames, features_frame
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
 from engine.predictor import Predictor

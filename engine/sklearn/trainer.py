@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Optional
 
-from engine._internal.gbdt import TRAIN_DATASET
+from engine._internal.gbdt.data import TRAIN_DATASET
+from engine._internal.gbdt.trainer import cpus_per_worker
 from engine.checkpoint import Checkpoint
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
@@ -89,7 +90,7 @@ class SklearnTrainer(DataParallelTrainer):
             "return_train_score_cv": self.return_train_score_cv,
             "parallelize_cv": self.parallelize_cv,
             "set_estimator_cpus": self.set_estimator_cpus,
-            "cpus": max(1, int(scaling.worker_resources.get("CPU", 1))),
+            "cpus": cpus_per_worker(scaling),
             "eval_datasets": [n for n in self.datasets if n != TRAIN_DATASET],
         }
         spec = super()._run_spec()
@@ -99,7 +100,7 @@ class SklearnTrainer(DataParallelTrainer):
         return spec
 
     def _model_card(self) -> Dict[str, Any]:
-        from engine._internal.gbdt import known_feature_columns
+        from engine._internal.gbdt.data import known_feature_columns
 
         card = super()._model_card()
         if card.get("feature_columns") is None:

@@ -10,12 +10,12 @@ histograms and metrics across the workers.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
-from engine._internal.backend import Backend, BackendConfig
-from engine.exceptions import ConfigError
+from engine._internal.backend import Backend
+from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
+                                          set_worker_params)
 
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
@@ -27,34 +27,7 @@ _INSTALL_HINT = "engine.xgboost needs XGBoost: pip install 'trainyard[xgboost]'"
 
 def import_xgboost() -> Any:
     """``import xgboost`` with an install hint when it is missing."""
-    try:
-        import xgboost
-    except ImportError as exc:
-        raise ImportError(_INSTALL_HINT) from exc
-    return xgboost
-
-
-@dataclass
-class XGBoostConfig(BackendConfig):
-    """How the workers' XGBoost collective is set up.
-
-    Args:
-        timeout_s: Seconds one collective operation (an allreduce of a round's
-            histograms) may wait for the other workers before it fails the run
-            (XGBoost's ``dmlc_timeout``). A worker that dies is noticed at once anyway.
-    """
-
-    timeout_s: int = 1800
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.timeout_s, int) or isinstance(self.timeout_s, bool) \
-                or self.timeout_s <= 0:
-            raise ConfigError(f"XGBoostConfig(timeout_s={self.timeout_s!r}) must be an "
-                              "integer > 0 (seconds).")
-
-    @property
-    def backend_cls(self) -> type:
-        return XGBoostBackend
+    return import_framework("xgboost", _INSTALL_HINT)
 
 
 class XGBoostBackend(Backend):
@@ -76,7 +49,7 @@ class XGBoostBackend(Backend):
         tracker.start()
         self._tracker = tracker
         args = dict(tracker.worker_args(), dmlc_timeout=int(backend_config.timeout_s))
-        ray.get([actor.execute.remote(_set_collective_args,
+        ray.get([actor.execute.remote(set_worker_params, "xgboost",
                                       dict(args, dmlc_task_id=f"[trainyard-rank={r:08d}]"))
                  for r, actor in enumerate(worker_group.actors)])
 
@@ -93,22 +66,27 @@ class XGBoostBackend(Backend):
             logger.debug("XGBoost tracker stopped with: %s", str(exc).splitlines()[0])
 
 
+@dataclass
+class XGBoostConfig(GBDTConfig):
+    """How the workers' XGBoost collective is set up.
+
+    Args:
+        timeout_s: Seconds one collective operation (an allreduce of a round's
+            histograms) may wait for the other workers before it fails the run
+            (XGBoost's ``dmlc_timeout``). A worker that dies is noticed at once anyway.
+
+    Raises:
+        ConfigError: ``timeout_s`` is not an integer > 0.
+    """
+
+    _backend = XGBoostBackend
+
+
 # --- worker side -------------------------------------------------------------------------
-_collective_args: Optional[Dict[str, Any]] = None
-_args_lock = threading.Lock()
-
-
-def _set_collective_args(args: Dict[str, Any]) -> None:
-    global _collective_args
-    with _args_lock:
-        _collective_args = dict(args)
-
-
 def get_collective_args() -> Optional[Dict[str, Any]]:
     """The ``xgboost.collective`` arguments the backend gave this worker (None outside
     an XGBoostTrainer's worker)."""
-    with _args_lock:
-        return dict(_collective_args) if _collective_args is not None else None
+    return get_worker_params("xgboost")
 
 
 def run_in_collective(train_func: Callable, config: Optional[Dict[str, Any]]) -> Any:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
-from engine._internal.gbdt import GBDTTrainer
+from engine._internal.gbdt.trainer import GBDTTrainer
 from engine.checkpoint import Checkpoint
-from engine.config import DataConfig, RunConfig, ScalingConfig
 from engine.xgboost._loop import xgboost_seed_loop
 from engine.xgboost.checkpoint import MODEL_FILE, load_booster
 from engine.xgboost.config import XGBoostConfig, run_in_collective
@@ -65,29 +64,9 @@ class XGBoostTrainer(GBDTTrainer):
     _reserved_train_kwargs = ("params", "dtrain", "num_boost_round", "evals", "xgb_model")
 
     def __init__(self, train_loop_per_worker: Optional[Callable] = None, *,
-                 train_loop_config: Optional[Dict[str, Any]] = None,
-                 xgboost_config: Optional[XGBoostConfig] = None,
-                 label_column: Optional[str] = None,
-                 params: Optional[Dict[str, Any]] = None,
-                 num_boost_round: Optional[int] = None,
-                 checkpoint_frequency: int = 0,
-                 checkpoint_at_end: bool = True,
-                 scaling_config: Optional[ScalingConfig] = None,
-                 run_config: Optional[RunConfig] = None,
-                 datasets: Optional[Dict[str, Any]] = None,
-                 dataset_config: Optional[DataConfig] = None,
-                 resume_from_checkpoint: Optional[Checkpoint] = None,
-                 metadata: Optional[Dict[str, Any]] = None,
-                 preprocessor: Optional[Any] = None,
-                 **train_kwargs: Any) -> None:
-        super().__init__(
-            train_loop_per_worker, train_loop_config=train_loop_config,
-            backend_config=xgboost_config or XGBoostConfig(), label_column=label_column,
-            params=params, num_boost_round=num_boost_round,
-            checkpoint_frequency=checkpoint_frequency, checkpoint_at_end=checkpoint_at_end,
-            scaling_config=scaling_config, run_config=run_config, datasets=datasets,
-            dataset_config=dataset_config, resume_from_checkpoint=resume_from_checkpoint,
-            metadata=metadata, preprocessor=preprocessor, train_kwargs=train_kwargs)
+                 xgboost_config: Optional[XGBoostConfig] = None, **kwargs: Any) -> None:
+        super().__init__(train_loop_per_worker,
+                         backend_config=xgboost_config or XGBoostConfig(), **kwargs)
 
     def _wrap_train_func(self, train_func: Callable) -> Callable:
         return functools.partial(run_in_collective, train_func)

@@ -103,6 +103,34 @@ def test_built_in_loop_resumes_and_trains_data_parallel(function_style_fit, tmp_
     assert accuracy >= 0.93
 
 
+def test_early_stopping_checkpoints_the_final_model_and_resuming_it_reports_once(
+        function_style_fit, tmp_path):
+    _, train, valid = function_style_fit
+    fast = dict(PARAMS, learning_rate=0.5, metric="binary_logloss")
+    stopped = LightGBMTrainer(
+        datasets={"train": train, "validation": valid}, label_column="target",
+        params=fast, num_boost_round=200, callbacks=[lightgbm.early_stopping(3, verbose=False)],
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "a"), verbose=0)).fit()
+    # The round that stopped training carried no checkpoint (checkpoint_frequency=0):
+    # ReportCallback.finish() reported the final model in one more report.
+    assert stopped.metrics["training_iteration"] < 200
+    assert len(stopped.best_checkpoints) == 1
+    rounds = LightGBMTrainer.get_model(stopped.checkpoint).current_iteration()
+    assert 0 < rounds < 200
+
+    # A model that already has num_boost_round rounds: one report, with the model.
+    resumed = LightGBMTrainer(
+        datasets={"train": train}, label_column="target", params=fast,
+        num_boost_round=rounds, resume_from_checkpoint=stopped.checkpoint,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "b"), verbose=0)).fit()
+    assert resumed.metrics["training_iteration"] == 1
+    assert resumed.metrics["num_boosted_rounds"] == rounds
+    assert resumed.metrics["worker_train_rows"] == len(train) // 2
+    assert LightGBMTrainer.get_model(resumed.checkpoint).current_iteration() == rounds
+
+
 def test_bad_arguments_say_how_to_fix_them():
     train = synthetic(100)
     with pytest.raises(ConfigError, match="'voting'"):

@@ -1,16 +1,10 @@
-"""What the gradient-boosted-tree trainers (XGBoost, LightGBM) share.
+"""The base of the tree trainers (XGBoost, LightGBM): :class:`GBDTTrainer`.
 
-- :class:`GBDTTrainer`: the two ways to build one. Seed style (``label_column=``,
-  ``params=``, ``num_boost_round=``: the trainer's own loop runs on every worker) or
-  function style (``train_loop_per_worker=f``: ``f`` builds its matrix and calls the
-  framework's ``train`` itself). Either way only ``datasets["train"]`` is split by
-  default; the other datasets (eval sets) reach every worker whole.
-- :func:`read_shard`: this worker's rows of a dataset as features and label (the
-  scikit-learn trainer reads its data with it too).
-- :func:`rounds_left`: how many boosting rounds a resumed run still has to do.
-- :func:`checkpoint_due` / :func:`metric_key`: the per-round reporting rules.
-- :func:`features_frame` / :class:`ModelFeatureNames`: what the tabular predictors
-  share (the feature columns as a named frame, in the model's own order).
+Two ways to build one. Seed style (``label_column=``, ``params=``, ``num_boost_round=``:
+the trainer's own loop runs on every worker) or function style
+(``train_loop_per_worker=f``: ``f`` builds its matrix and calls the framework's
+``train`` itself). Either way only ``datasets["train"]`` is split by default; the other
+datasets (eval sets) reach every worker whole.
 
 No framework is imported here.
 """
@@ -18,14 +12,14 @@ No framework is imported here.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from engine._internal.gbdt.data import TRAIN_DATASET, known_feature_columns
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
 from engine.trainer import DataParallelTrainer
 
-TRAIN_DATASET = "train"
 DEFAULT_NUM_BOOST_ROUND = 10
 
 
@@ -34,148 +28,21 @@ def default_data_config() -> DataConfig:
     return DataConfig(datasets_to_split=[TRAIN_DATASET])
 
 
-def metric_key(dataset: str, metric: str) -> str:
-    """``validation-logloss``: eval set name, dash, metric name (as Ray and XGBoost)."""
-    return f"{dataset}-{metric}"
-
-
-def checkpoint_due(round_index: int, frequency: int) -> bool:
-    """Whether 0-based boosting round ``round_index`` ends a ``frequency`` interval."""
-    return frequency > 0 and (round_index + 1) % frequency == 0
-
-
-def select_metrics(metrics: Dict[str, Any], wanted: Any) -> Dict[str, Any]:
-    """Keep the metrics a report callback was asked for: None (all), a name, a list of
-    names, or a dict ``{reported name: framework metric name}``."""
-    if wanted is None:
-        return metrics
-    if isinstance(wanted, str):
-        wanted = [wanted]
-    pairs = wanted.items() if isinstance(wanted, dict) else [(w, w) for w in wanted]
-    out = {}
-    for reported, source in pairs:
-        if source not in metrics:
-            raise KeyError(f"Metric {source!r} is not among this round's metrics "
-                           f"{sorted(metrics)}: fix the callback's metrics=...")
-        out[reported] = metrics[source]
-    return out
-
-
-def is_rank_zero() -> bool:
-    from engine._internal.session import get_session
-
-    session = get_session()
-    return session is None or session.context.world_rank == 0
-
-
 def cpus_per_worker(scaling: ScalingConfig) -> int:
     """Threads a worker's framework should use: its CPU reservation, at least 1."""
     return max(1, int(scaling.worker_resources.get("CPU", 1)))
 
 
-# --- data ------------------------------------------------------------------------------
-def read_shard(name: str, label_column: Optional[str]) -> Tuple[Any, Any]:
-    """This worker's rows of ``datasets[name]`` as ``(features DataFrame, label Series)``
-    (label None when ``label_column`` is None)."""
-    import pyarrow as pa
-
-    from engine.session import get_context, get_dataset_shard
-
-    tables = list(get_dataset_shard(name).iter_batches(batch_size=None,
-                                                       batch_format="pyarrow"))
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        ctx = get_context()
-        raise ConfigError(
-            f"Worker rank {ctx.get_world_rank()} received no rows of datasets[{name!r}]: "
-            f"it has fewer rows than ScalingConfig(num_workers={ctx.get_world_size()}). "
-            "Use fewer workers or more data.")
-    df = pa.concat_tables(tables, promote_options="default").to_pandas()
-    if label_column is None:
-        return df, None
-    if label_column not in df.columns:
-        raise ConfigError(
-            f"label_column={label_column!r} is not a column of datasets[{name!r}] "
-            f"(columns: {list(df.columns)}): pass the name of the label column.")
-    return df.drop(columns=[label_column]), df[label_column]
-
-
-def known_feature_columns(data: Any, label_column: Optional[str],
-                          preprocessor: Any = None) -> Optional[List[str]]:
-    """The feature columns of the training data when they are known without reading it
-    (a DataFrame, a Dataset whose schema is known) and no custom preprocessor may
-    change them; None otherwise."""
-    from engine._internal.batches import preprocessor_columns
-
-    if preprocessor is not None and preprocessor_columns(preprocessor) is None:
-        return None
-    names: Optional[Sequence[str]] = None
-    if hasattr(data, "columns") and hasattr(data, "iloc"):  # pandas
-        names = [str(c) for c in data.columns]
-    elif type(data).__module__.startswith("ray.data"):
-        try:
-            schema = data.schema(fetch_if_missing=False)
-            names = list(schema.names) if schema is not None else None
-        except Exception:
-            names = None
-    if names is None:
-        return None
-    return [n for n in names if n != label_column]
-
-
-def features_frame(features: Dict[str, Any], categorical: bool = True) -> Any:
-    """A predictor's feature columns (in order) as the model input: a DataFrame with
-    those names (with ``categorical``, text columns as pandas categories, the way the
-    tree frameworks take categorical features), or, for one column of fixed-size
-    arrays, that matrix."""
-    import pandas as pd
-
-    from engine._internal.batches import feature_matrix
-
-    names = list(features)
-    if any(getattr(v, "ndim", 1) > 1 for v in features.values()):
-        return feature_matrix(features, names)
-    frame = pd.DataFrame({n: features[n] for n in names}, copy=False)
-    types = pd.api.types
-    for name in names if categorical else ():
-        dtype = frame[name].dtype
-        if not (types.is_numeric_dtype(dtype) or types.is_bool_dtype(dtype)
-                or isinstance(dtype, pd.CategoricalDtype)):
-            # Text (a category column that became strings on the way): XGBoost and
-            # LightGBM map categories to the model's codes by name.
-            frame[name] = frame[name].astype("category")
-    return frame
-
-
-class ModelFeatureNames:
-    """Predictor mixin: when neither the caller, the predictor nor the model card names
-    the feature columns, use the names the model was trained with (``_model_features``)
-    if the batch has them all, so their order is the training order."""
-
-    _model_features: Optional[List[str]] = None
-
-    def _predict_batch(self, batch: Any, feature_columns: Optional[Sequence[str]],
-                       exclude: Sequence[str] = ()) -> Any:
-        from engine._internal.batches import column_names
-
-        named = feature_columns or getattr(self, "feature_columns", None) or (
-            getattr(self, "model_card", None) or {}).get("feature_columns")
-        if not named and self._model_features:
-            available = set(column_names(batch))
-            if all(n in available for n in self._model_features):
-                feature_columns = list(self._model_features)
-        return super()._predict_batch(batch, feature_columns, exclude)  # type: ignore[misc]
-
-
-def rounds_left(num_boost_round: int, done: int) -> int:
-    """Rounds still to train after resuming a model that has ``done`` rounds."""
-    return max(0, num_boost_round - done)
-
-
 # --- the trainer base --------------------------------------------------------------------
 class GBDTTrainer(DataParallelTrainer):
     """Base of :class:`~engine.xgboost.XGBoostTrainer` and
-    :class:`~engine.lightgbm.LightGBMTrainer` (see their docstrings)."""
+    :class:`~engine.lightgbm.LightGBMTrainer` (see their docstrings for the arguments).
+
+    A subclass passes its framework's config as ``backend_config`` and sets
+    ``_seed_loop``, ``_reserved_train_kwargs`` and, where needed, ``_check_params`` and
+    ``_wrap_train_func``; every other argument is this class's. Arguments this class
+    does not know are the built-in loop's ``train()`` arguments.
+    """
 
     #: The framework's seed-style loop ``loop(config, train_kwargs=None)``.
     _seed_loop: Callable[..., None]
@@ -197,7 +64,7 @@ class GBDTTrainer(DataParallelTrainer):
                  resume_from_checkpoint: Optional[Checkpoint] = None,
                  metadata: Optional[Dict[str, Any]] = None,
                  preprocessor: Optional[Any] = None,
-                 train_kwargs: Optional[Dict[str, Any]] = None) -> None:
+                 **train_kwargs: Any) -> None:
         name = type(self).__name__
         self._seed_style = train_loop_per_worker is None
         if self._seed_style:

@@ -1,0 +1,23 @@
+"""The engine's Ray runtime, for scripts that want Ray up before their first ``fit()``.
+
+``fit()``, ``Tuner.fit()`` and the batch predictor start (or join) Ray by themselves.
+Call :func:`ensure_ray` first only to do that step apart, with the settings the engine
+would use: to time it, or to build Ray datasets before the trainer. It joins the
+cluster in ``RAY_ADDRESS`` when set; otherwise it starts a local instance with at least
+``engine.constants.DEFAULT_MIN_RAY_NUM_CPUS`` logical CPUs (``TRAINYARD_RAY_NUM_CPUS``
+overrides), so that Ray Data tasks have room beside the training workers. A second
+call does nothing.
+
+Example::
+
+    from engine.runtime import ensure_ray
+
+    ensure_ray()
+    ds = ray.data.read_parquet(path)
+"""
+
+from __future__ import annotations
+
+from engine._internal.ray_utils import ensure_ray
+
+__all__ = ["ensure_ray"]
