@@ -162,10 +162,15 @@ def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef) -> Dict[str, A
 
 @task(name="promote", **_TASK_OPTIONS)
 def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
-                 alias: str = "production", gate: Optional[Dict[str, str]] = None,
-                 registry: Optional[str] = None) -> Promotion:
-    """``tasks.core.promote``; a Markdown artifact records the decision."""
-    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry)
+                 alias: str = "production", gate: Optional[Dict[str, Any]] = None,
+                 registry: Optional[str] = None,
+                 dataset: Optional[DatasetRef] = None) -> Promotion:
+    """``tasks.core.promote`` (``dataset``: the validation data, on which a champion
+    gate re-evaluates the current model); a Markdown artifact records the decision."""
+    from prefect.runtime import flow_run
+
+    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry,
+                            dataset=dataset, run_id=flow_run.id)
     lines = [f"**{'Promoted' if decision.promoted else 'Not promoted'}** "
              f"`{decision.checkpoint.uri}` as `{decision.pipeline}/{alias}`.", ""]
     lines += [f"- {r}" for r in decision.reasons] or ["- no gate"]
