@@ -97,7 +97,8 @@ class MlflowRegistry:
         for v in versions:
             entry = _loads(v.tags.get(f"{TAG}{alias}.decision"))
             if entry:
-                out.append(dict(entry, version=v.version, source=v.source))
+                out.append(dict(entry, version=v.version, source=v.source,
+                                checkpoint=_checkpoint_of(v, pipeline).to_dict()))
         return sorted(out, key=lambda d: d.get("decided_at", 0))
 
     # --- writing --------------------------------------------------------------------------

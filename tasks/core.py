@@ -447,6 +447,27 @@ def resolve_alias(pipeline: str, alias: str = "production", *,
     return _registry.open_registry(registry, storage).current(pipeline, alias)
 
 
+def promoted_checkpoint(pipeline: str, uri: str, alias: str = "production", *,
+                        storage: Optional[str] = None,
+                        registry: Optional[str] = None) -> CheckpointRef:
+    """The checkpoint at ``uri`` that ``alias`` was once promoted to (e.g. the one a
+    ``trainyard.model.promoted`` event names), even if the alias has moved on since.
+
+    Raises:
+        ConfigError: ``uri`` was never promoted as ``alias`` of ``pipeline`` there.
+    """
+    current = resolve_alias(pipeline, alias, storage=storage, registry=registry)
+    if current is not None and current.uri == uri:
+        return current
+    for entry in reversed(alias_history(pipeline, alias, storage=storage,
+                                        registry=registry)):
+        ckpt = entry.get("checkpoint") or {}
+        if entry.get("decision") == "promoted" and ckpt.get("uri") == uri:
+            return CheckpointRef.from_dict(ckpt)
+    raise ConfigError(f"{uri!r} was never promoted as {pipeline}/{alias} in this registry: "
+                      "pass the storage (or registry) the retraining promoted in.")
+
+
 def alias_history(pipeline: str, alias: str = "production", *,
                   storage: Optional[str] = None,
                   registry: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -456,4 +477,4 @@ def alias_history(pipeline: str, alias: str = "production", *,
 
 
 __all__ = ["ingest", "split", "train", "tune", "evaluate", "batch_predict", "promote",
-           "resolve_alias", "alias_history", "run_name_for", "TaskError"]
+           "resolve_alias", "promoted_checkpoint", "alias_history", "run_name_for", "TaskError"]
