@@ -265,8 +265,7 @@ def prefect_deployments() -> dict:
 def test_batch_predict_deployments_run_on_each_promotion_of_their_model(prefect_deployments):
     """Each ``batch-predict-<pipeline>`` deployment has a trigger Prefect accepts, on the
     event ``promote_task`` emits for that pipeline's alias, whose parameters render (as
-    the server renders them) to the promoted checkpoint and storage, and which the flow
-    takes."""
+    the server renders them) to the promoted checkpoint, and which the flow takes."""
     pytest.importorskip("prefect")
     import copy
     import inspect
@@ -297,4 +296,4 @@ def test_batch_predict_deployments_run_on_each_promotion_of_their_model(prefect_
         rendered = hydrate(params, HydrationContext(
             render_jinja=True, raise_on_error=True, jinja_context={"event": {"payload": payload}}))
         assert rendered == {"pipeline": pipeline, "alias": alias,
-                            "checkpoint_uri": payload["checkpoint_uri"], "storage": None}
+                            "checkpoint_uri": payload["checkpoint_uri"]}
