@@ -138,9 +138,19 @@ class MlflowRegistry:
             if v.source == ckpt.uri]
         if found:
             return min(found, key=lambda v: int(v.version))
-        return self.client.create_model_version(
-            name, ckpt.uri, tags={f"{TAG}checkpoint": json.dumps(ckpt.to_dict())},
-            description=f"Checkpoint {ckpt.uri} of run {ckpt.run_name or '?'}")
+        try:
+            return self.client.create_model_version(
+                name, ckpt.uri, tags={f"{TAG}checkpoint": json.dumps(ckpt.to_dict())},
+                description=f"Checkpoint {ckpt.uri} of run {ckpt.run_name or '?'}")
+        except MlflowException as exc:
+            if "Invalid model version source" not in str(exc):
+                raise
+            # An MLflow server takes local paths only inside its own runs' artifacts.
+            raise ConfigError(
+                f"The MLflow server at {self.tracking_uri!r} refuses the local checkpoint "
+                f"path {ckpt.uri!r} as a model version source: keep runs on storage the "
+                "server and the scoring workers share (TRAINYARD_STORAGE_PATH=s3://...), or "
+                "use a database tracking URI (mlflow:sqlite:///...).") from exc
 
 
 def _tags(record: Dict[str, Any], context: Dict[str, Any]) -> Dict[str, str]:
