@@ -141,3 +141,58 @@ def test_an_unreachable_registry_is_a_clear_error(tmp_path, monkeypatch):
                      registry=f"mlflow:http://127.0.0.1:{port}")
     with pytest.raises(Exception, match="tracking URI"):
         core.promote(cand, _metrics(cand, 0.95), gate={}, registry="mlflow:")
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """``mlflow server`` on a free port (SQLite behind it), stopped after the test."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
+           str(port), "--workers", "1", "--backend-store-uri",
+           f"sqlite:///{tmp_path}/server.db", "--default-artifact-root", str(tmp_path / "art")]
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"mlflow server did not start: "
+                                f"{(tmp_path / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)  # the server and its uvicorn worker
+        proc.wait(timeout=30)
+
+
+def test_an_mlflow_server_registers_shared_checkpoints_and_refuses_local_paths(
+        tmp_path, mlflow_server):
+    from mlflow import MlflowClient
+
+    from engine.exceptions import ConfigError
+
+    registry = f"mlflow:{mlflow_server}"
+    local = _ckpt(tmp_path, "checkpoint_000001")
+    with pytest.raises(ConfigError, match="refuses the local checkpoint path.*s3://"):
+        core.promote(local, _metrics(local, 0.95), gate={}, registry=registry)
+    shared = CheckpointRef(uri="s3://models/ty/runs/digits-train-1/checkpoint_000003",
+                           framework="torch", pipeline="digits")
+    assert core.promote(shared, _metrics(shared, 0.95), gate={}, registry=registry).promoted
+    version = MlflowClient(tracking_uri=mlflow_server).get_model_version_by_alias(
+        "digits", "production")
+    assert version.source == shared.uri
+    assert core.resolve_alias("digits", registry=registry) == shared
