@@ -53,8 +53,9 @@ PARAMS = {
     "train_config": Param({}, type="object",
                           description="More hyperparameters of the final training."),
     "gate": Param(None, type=["null", "object"],
-                  description='Promotion gate, e.g. {"accuracy": ">=0.9"}; default the '
-                              'pipeline\'s.'),
+                  description='Promotion gate, e.g. {"accuracy": [">=0.9", '
+                              '">=champion"]} (champion: the current model on the same '
+                              'validation data); default the pipeline\'s.'),
     "max_failures": Param(0, type="integer", minimum=-1,
                           description="Engine restarts inside a task (0: Airflow retries "
                                       "the task, which resumes)."),
@@ -122,7 +123,7 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
         checkpoint = train_task(pipeline, splits, settings["scaling"], run)
         metrics = evaluate_task(checkpoint, splits["validation"])
         promote_task.override(outlets=[model_asset(pipeline, alias)])(
-            checkpoint, metrics, alias, settings["gate"])
+            checkpoint, metrics, alias, settings["gate"], dataset=splits["validation"])
 
     return retrain()
 

@@ -198,6 +198,11 @@ AIRFLOW_PIPELINES_ENV_VAR = _setting(
 RETRAIN_SCHEDULE_ENV_VAR = _setting(
     "TRAINYARD_RETRAIN_SCHEDULE", "0 3 * * 1",
     "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC).", scope="Airflow")
+REGISTRY_ENV_VAR = _setting(
+    "TRAINYARD_REGISTRY", None,
+    "Where promote() keeps model aliases: mlflow:<tracking URI> (an MLflow model "
+    "registry), or a path/URI of pointer files.", scope="pipelines",
+    default_text="pointer files under <storage>/models")
 WHEEL_CACHE_ENV_VAR = _setting(
     "TRAINYARD_WHEEL_CACHE", "~/.cache/trainyard/wheels",
     "Where scripts/install_horovod.sh keeps the Horovod wheel it builds.", scope="build")

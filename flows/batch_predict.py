@@ -31,7 +31,8 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
                   output: Optional[str] = None, num_workers: int = 1,
                   keep_columns: Optional[List[str]] = None,
                   task_retries: int = RETRIES,
-                  retry_delay_s: float = RETRY_DELAY_S) -> Dict[str, Any]:
+                  retry_delay_s: float = RETRY_DELAY_S,
+                  checkpoint_uri: Optional[str] = None) -> Dict[str, Any]:
     """Score ``source`` with the ``alias`` model of ``pipeline``.
 
     Args:
@@ -43,6 +44,9 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
         num_workers: Scoring actors.
         keep_columns: Input columns kept beside the predictions (default: every
             column that is not a model input).
+        checkpoint_uri: Score with this checkpoint, which must have been promoted as
+            ``alias`` (a ``trainyard.model.promoted`` trigger passes it); default: the
+            one ``alias`` points at now.
 
     Returns:
         ``{"model": <checkpoint URI>, "predictions": DatasetRef as a dict}``.
@@ -54,7 +58,8 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
 
     spec = get_pipeline(pipeline)
     storage = storage_root(storage)
-    model = core.resolve_alias(pipeline, alias, storage=storage)
+    model = (core.promoted_checkpoint(pipeline, checkpoint_uri, alias, storage=storage)
+             if checkpoint_uri else core.resolve_alias(pipeline, alias, storage=storage))
     if model is None:
         raise NoModelError(f"No {alias!r} model for pipeline {pipeline!r} under {storage!r}: "
                            "run the retrain flow first (python -m flows.retrain).")

@@ -36,7 +36,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             tune_samples: int = 1, tune_epochs: int = 3,
             train_epochs: Optional[int] = None,
             train_config: Optional[Dict[str, Any]] = None,
-            gate: Optional[Dict[str, str]] = None,
+            gate: Optional[Dict[str, Any]] = None,
             alias: str = "production", scoring_source: Optional[str] = None,
             max_failures: int = 0, task_retries: int = RETRIES,
             retry_delay_s: float = RETRY_DELAY_S) -> Dict[str, Any]:
@@ -56,7 +56,9 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         tune_epochs: Epochs (boosting rounds) per trial.
         train_epochs: Epochs of the final training (default: the pipeline's).
         train_config: More hyperparameters of the final training (over the best ones).
-        gate: Promotion gate (default: the pipeline's, e.g. ``{"accuracy": ">=0.9"}``).
+        gate: Promotion gate (default: the pipeline's, e.g. ``{"accuracy": [">=0.9",
+            ">=champion"]}``: a floor, and not worse than the current model on the same
+            validation data).
         alias: The alias promoted and used for scoring.
         scoring_source: Data to score (default: the validation split).
         max_failures: Engine-level restarts before a task fails (0: Prefect retries).
@@ -86,7 +88,8 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             pipeline, splits, scaling, {"storage": storage, "config": config,
                                         "max_failures": max_failures})
         metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"])
-        promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate)
+        promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate,
+                                                       dataset=splits["validation"])
         production = core.resolve_alias(pipeline, alias, storage=storage)
         predictions = None
         if production is None:

@@ -85,7 +85,9 @@ class PipelineSpec:
             ``tasks.core.parse_param_space`` reads (``{"lr": {"loguniform": [1e-3, 1e-2]}}``).
         epochs_key: The hyperparameter that counts epochs / boosting rounds. Default
             ``epochs``, ``num_boost_round`` for GBDTs, None for scikit-learn (no epochs).
-        gate: The default promotion gate (``{"accuracy": ">=0.9"}``).
+        gate: The default promotion gate: ``{"accuracy": ">=0.9"}``, or a floor and
+            not worse than the current model on the same data:
+            ``{"accuracy": [">=0.9", ">=champion"]}`` (see ``tasks.core.promote``).
         tune_space: ``f(flat_space)`` → the Tuner's ``param_space`` for that trainer.
         config_of: ``f(result)`` → the flat hyperparameters a tuning trial sampled.
         predictor_kwargs: ``f(config)`` → keyword arguments of the framework
@@ -114,7 +116,7 @@ class PipelineSpec:
     defaults: Dict[str, Any] = field(default_factory=dict)
     param_space: Dict[str, Any] = field(default_factory=dict)
     epochs_key: Optional[str] = _FRAMEWORK_DEFAULT
-    gate: Dict[str, str] = field(default_factory=dict)
+    gate: Dict[str, Any] = field(default_factory=dict)
     tune_space: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
     config_of: Optional[Callable[[Any], Dict[str, Any]]] = None
     predictor_kwargs: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None

@@ -277,7 +277,7 @@ def _make_spec():
         defaults={"lr": 3e-3, "hidden": 64, "batch_size": 32, "epochs": 15, "seed": 0},
         param_space={"lr": {"grid_search": [1e-3, 5e-3]},
                      "hidden": {"grid_search": [32, 64]}},
-        epochs_key="epochs", gate={"accuracy": ">=0.9"},
+        epochs_key="epochs", gate={"accuracy": [">=0.9", ">=champion"]},
         make_trainer=make_trainer, predictor_kwargs=predictor_kwargs)
 
 

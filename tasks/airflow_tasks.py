@@ -220,15 +220,17 @@ def evaluate_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any]) -> Dict[s
 
 @task(task_id="promote", retries=RETRIES, multiple_outputs=False)
 def promote_task(checkpoint: Dict[str, Any], metrics: Dict[str, Any],
-                 alias: str = DEFAULT_ALIAS, gate: Optional[Dict[str, str]] = None,
-                 registry: Optional[str] = None) -> Dict[str, Any]:
+                 alias: str = DEFAULT_ALIAS, gate: Optional[Dict[str, Any]] = None,
+                 registry: Optional[str] = None,
+                 dataset: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """``tasks.core.promote``. Promoted: returns the ``Promotion`` and emits an event for
     each asset outlet, with the checkpoint in its ``extra``. Not promoted: the task is
     skipped (no asset event), the decision kept in the alias's history."""
     from tasks import core
 
     decision = _call(core.promote, checkpoint, metrics, alias, gate,
-                     registry=full_uri(registry))
+                     registry=full_uri(registry), dataset=dataset,
+                     run_id=get_current_context()["run_id"])
     reasons = "; ".join(decision.reasons) or "no gate"
     if not decision.promoted:
         prev = decision.previous.uri if decision.previous else "nothing (never set)"

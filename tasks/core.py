@@ -255,9 +255,7 @@ def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
 
     ckpt, spec = _predict.load_checkpoint(checkpoint)
     ref = DatasetRef.from_dict(dataset)
-    out = output_dir or _store.sub(
-        _predict.checkpoint_run_uri(ckpt), "evaluations",
-        f"{ckpt.uri.rstrip('/').rsplit('/', 1)[-1]}-{ref.fingerprint[:12]}")
+    out = output_dir or _evaluation_dir(ckpt, ref.fingerprint)
     # Small data is scored in this process; above the limit a pool of Ray actors scores
     # the files (BatchPredictor) and only labels and predictions come back here.
     small = ref.num_rows * max(len(ref.schema), 1) <= _training.IN_PROCESS_MAX_CELLS
@@ -271,6 +269,13 @@ def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
     st = Storage.from_path(_store.sub(out, "metrics.json"))
     st.write_json_atomic(st.root, report)
     return report
+
+
+def _evaluation_dir(ckpt: CheckpointRef, fingerprint: str) -> str:
+    """Where :func:`evaluate` keeps a checkpoint's metrics on one data set by default:
+    ``<run>/evaluations/<checkpoint>-<data fingerprint>/``."""
+    return _store.sub(_predict.checkpoint_run_uri(ckpt), "evaluations",
+                      f"{ckpt.uri.rstrip('/').rsplit('/', 1)[-1]}-{fingerprint[:12]}")
 
 
 def batch_predict(checkpoint: CheckpointLike, dataset: DatasetLike,
@@ -334,43 +339,99 @@ def batch_predict(checkpoint: CheckpointLike, dataset: DatasetLike,
 
 # --- aliases ----------------------------------------------------------------------------
 def promote(checkpoint: CheckpointLike, metrics: Mapping[str, Any],
-            alias: str = "production", gate: Optional[Mapping[str, str]] = None, *,
-            registry: Optional[str] = None) -> Promotion:
+            alias: str = "production", gate: Optional[Mapping[str, Any]] = None, *,
+            registry: Optional[str] = None, dataset: Optional[DatasetLike] = None,
+            run_id: Optional[str] = None) -> Promotion:
     """Point ``alias`` at ``checkpoint`` if its metrics pass ``gate``.
 
     Args:
         checkpoint: The candidate (what :func:`train` returned).
         metrics: What :func:`evaluate` returned for it.
         alias: ``production``, ``staging`` … (lower-case letters, digits, ``_``, ``-``).
-        gate: ``{"accuracy": ">=0.9", "log_loss": "<0.3"}``; every condition must hold.
-            None: the pipeline's default gate; ``{}``: no gate.
-        registry: Where aliases live; default ``<checkpoint's storage>/models``.
+        gate: ``{"accuracy": [">=0.9", ">=champion"], "log_loss": "<=champion-0.01"}``;
+            every condition must hold. ``champion`` is the model the alias points at
+            now, evaluated on ``dataset`` (cached per checkpoint and data fingerprint);
+            with no champion yet, its conditions pass. None: the pipeline's default
+            gate; ``{}``: no gate.
+        registry: Where aliases live: a path/URI for pointer files, or
+            ``mlflow:<tracking URI>`` for an MLflow model registry; default
+            ``$TRAINYARD_REGISTRY``, else ``<checkpoint's storage>/models``.
+        dataset: The validation data ``metrics`` were computed on; needed by a champion
+            condition unless the champion was evaluated on it before.
+        run_id: The orchestrator's run id, recorded with the decision.
 
     Returns:
-        A :class:`Promotion`. A failed gate leaves the pointer as it was; every decision
-        is kept in the alias's history.
+        A :class:`Promotion`. A failed gate leaves the alias as it was; every decision
+        is kept in the alias's history, with the champion's metrics beside the
+        candidate's.
 
     Raises:
-        ConfigError: a malformed gate, a gate metric that ``metrics`` lacks, or metrics
-            of another checkpoint.
+        ConfigError: a malformed gate (before anything is evaluated), a gate metric that
+            ``metrics`` lacks, metrics of another checkpoint or data set, or a champion
+            condition with no ``dataset`` to evaluate the champion on.
+        RegistryError: the registry could not be reached; the alias did not move, and
+            a retry promotes once.
     """
     from pipelines import get_pipeline
 
     ckpt = CheckpointRef.from_dict(checkpoint)
     _registry.check_alias(alias)
+    metrics = _checked_metrics(ckpt, metrics, dataset)
+    if gate is None and ckpt.pipeline:
+        gate = get_pipeline(ckpt.pipeline).gate
+    gate = dict(gate or {})
+    conditions = _registry.parse_gate(gate)
+    reg = _registry.open_registry(registry, ckpt.storage)
+    pipeline = ckpt.pipeline or ckpt.framework
+    previous = reg.current(pipeline, alias)
+    champion = None
+    if previous is not None and _registry.has_champion_condition(conditions):
+        champion = _champion_metrics(previous, metrics, dataset)
+    context = {"engine_run": ckpt.run_name, "run_id": run_id,
+               "data_fingerprint": metrics.get("dataset_fingerprint")}
+    decision = _registry.decide(ckpt, metrics, alias, gate, reg, previous, champion,
+                                context)
+    logger.info("%s %s as %s/%s: %s", "Promoted" if decision.promoted else "Did not promote",
+                ckpt.uri, decision.pipeline, alias, "; ".join(decision.reasons) or "no gate")
+    return decision
+
+
+def _checked_metrics(ckpt: CheckpointRef, metrics: Any,
+                     dataset: Optional[DatasetLike]) -> Dict[str, Any]:
+    """``metrics`` as a dict, once they are known to be ``ckpt``'s on ``dataset``."""
     if not isinstance(metrics, Mapping):
         raise ConfigError("promote(metrics=...) takes the dict that evaluate() returned.")
     evaluated = metrics.get("checkpoint_uri")
     if evaluated is not None and evaluated != ckpt.uri:
         raise ConfigError(f"These metrics are of checkpoint {evaluated!r}, not of "
                           f"{ckpt.uri!r}: evaluate the checkpoint you promote.")
-    if gate is None and ckpt.pipeline:
-        gate = get_pipeline(ckpt.pipeline).gate
-    root = _registry.registry_root(registry, ckpt.storage)
-    decision = _registry.decide(ckpt, dict(metrics), alias, dict(gate or {}), root)
-    logger.info("%s %s as %s/%s: %s", "Promoted" if decision.promoted else "Did not promote",
-                ckpt.uri, decision.pipeline, alias, "; ".join(decision.reasons) or "no gate")
-    return decision
+    fingerprint = metrics.get("dataset_fingerprint")
+    if dataset is not None and fingerprint is not None \
+            and DatasetRef.from_dict(dataset).fingerprint != fingerprint:
+        raise ConfigError("promote(dataset=...) is not the data these metrics were computed "
+                          "on: pass the data set you evaluated the candidate on.")
+    return dict(metrics)
+
+
+def _champion_metrics(champion: CheckpointRef, metrics: Dict[str, Any],
+                      dataset: Optional[DatasetLike]) -> Dict[str, Any]:
+    """The champion's metrics on the candidate's data: from an earlier evaluation of the
+    same checkpoint on the same data if there is one, else evaluated now (and kept)."""
+    fingerprint = metrics.get("dataset_fingerprint") or (
+        DatasetRef.from_dict(dataset).fingerprint if dataset is not None else None)
+    if fingerprint:
+        st = Storage.from_path(_store.sub(_evaluation_dir(champion, fingerprint),
+                                          "metrics.json"))
+        cached = st.read_json(st.root)
+        if cached and cached.get("checkpoint_uri") == champion.uri \
+                and cached.get("dataset_fingerprint") == fingerprint:
+            return cached
+    if dataset is None:
+        raise ConfigError(f"The gate compares against the champion ({champion.uri}), which "
+                          "has not been evaluated on this data: pass promote(dataset=...) "
+                          "— the validation data the candidate was evaluated on.")
+    logger.info("Evaluating the champion %s on the candidate's data.", champion.uri)
+    return evaluate(champion, dataset)
 
 
 def resolve_alias(pipeline: str, alias: str = "production", *,
@@ -379,12 +440,32 @@ def resolve_alias(pipeline: str, alias: str = "production", *,
     """The checkpoint ``alias`` points at for ``pipeline``, or None if it was never set.
 
     Args:
-        registry: Where aliases live; default ``<storage>/models``.
+        registry: Where aliases live (as for :func:`promote`); default
+            ``$TRAINYARD_REGISTRY``, else ``<storage>/models``.
     """
     _registry.check_alias(alias)
-    pointer = _registry.read_pointer(_registry.registry_root(registry, storage), pipeline,
-                                     alias)
-    return None if pointer is None else CheckpointRef.from_dict(pointer["checkpoint"])
+    return _registry.open_registry(registry, storage).current(pipeline, alias)
+
+
+def promoted_checkpoint(pipeline: str, uri: str, alias: str = "production", *,
+                        storage: Optional[str] = None,
+                        registry: Optional[str] = None) -> CheckpointRef:
+    """The checkpoint at ``uri`` that ``alias`` was once promoted to (e.g. the one a
+    ``trainyard.model.promoted`` event names), even if the alias has moved on since.
+
+    Raises:
+        ConfigError: ``uri`` was never promoted as ``alias`` of ``pipeline`` there.
+    """
+    current = resolve_alias(pipeline, alias, storage=storage, registry=registry)
+    if current is not None and current.uri == uri:
+        return current
+    for entry in reversed(alias_history(pipeline, alias, storage=storage,
+                                        registry=registry)):
+        ckpt = entry.get("checkpoint") or {}
+        if entry.get("decision") == "promoted" and ckpt.get("uri") == uri:
+            return CheckpointRef.from_dict(ckpt)
+    raise ConfigError(f"{uri!r} was never promoted as {pipeline}/{alias} in this registry: "
+                      "pass the storage (or registry) the retraining promoted in.")
 
 
 def alias_history(pipeline: str, alias: str = "production", *,
@@ -392,8 +473,8 @@ def alias_history(pipeline: str, alias: str = "production", *,
                   registry: Optional[str] = None) -> List[Dict[str, Any]]:
     """Every promotion decision for ``alias``, oldest first."""
     _registry.check_alias(alias)
-    return _registry.history(_registry.registry_root(registry, storage), pipeline, alias)
+    return _registry.open_registry(registry, storage).history(pipeline, alias)
 
 
 __all__ = ["ingest", "split", "train", "tune", "evaluate", "batch_predict", "promote",
-           "resolve_alias", "alias_history", "run_name_for", "TaskError"]
+           "resolve_alias", "promoted_checkpoint", "alias_history", "run_name_for", "TaskError"]

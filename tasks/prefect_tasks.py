@@ -162,10 +162,15 @@ def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef) -> Dict[str, A
 
 @task(name="promote", **_TASK_OPTIONS)
 def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
-                 alias: str = "production", gate: Optional[Dict[str, str]] = None,
-                 registry: Optional[str] = None) -> Promotion:
-    """``tasks.core.promote``; a Markdown artifact records the decision."""
-    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry)
+                 alias: str = "production", gate: Optional[Dict[str, Any]] = None,
+                 registry: Optional[str] = None,
+                 dataset: Optional[DatasetRef] = None) -> Promotion:
+    """``tasks.core.promote`` (``dataset``: the validation data, on which a champion
+    gate re-evaluates the current model); a Markdown artifact records the decision."""
+    from prefect.runtime import flow_run
+
+    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry,
+                            dataset=dataset, run_id=flow_run.id)
     lines = [f"**{'Promoted' if decision.promoted else 'Not promoted'}** "
              f"`{decision.checkpoint.uri}` as `{decision.pipeline}/{alias}`.", ""]
     lines += [f"- {r}" for r in decision.reasons] or ["- no gate"]
@@ -174,7 +179,49 @@ def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
         lines += ["", f"`{alias}` still points at {prev}."]
     create_markdown_artifact(key=_key(decision.pipeline, alias, "promotion"),
                              markdown="\n".join(lines))
+    emit_decision_event(decision, metrics)
     return decision
+
+
+#: The events ``promote_task`` emits; a deployment trigger on the first starts scoring.
+PROMOTED_EVENT = "trainyard.model.promoted"
+REJECTED_EVENT = "trainyard.model.rejected"
+
+
+def model_resource_id(pipeline: str, alias: str) -> str:
+    """The Prefect resource id of a pipeline's alias: ``trainyard.model.<pipeline>.<alias>``."""
+    return f"trainyard.model.{pipeline}.{alias}"
+
+
+def emit_decision_event(decision: Promotion, metrics: Mapping[str, Any]) -> Any:
+    """Emit ``trainyard.model.promoted`` or ``.rejected`` for the alias's resource, with
+    the checkpoint, metrics, gate reasons and previous model in the payload. A failure to
+    emit is logged, never raised: the decision is already recorded."""
+    import logging
+
+    from prefect.events import emit_event
+
+    from tasks._registry import scalar_metrics
+
+    payload = {"checkpoint_uri": decision.checkpoint.uri,
+               "checkpoint": decision.checkpoint.to_dict(),
+               "storage": decision.checkpoint.storage, "pipeline": decision.pipeline,
+               "alias": decision.alias, "metrics": scalar_metrics(dict(metrics)),
+               "champion_metrics": decision.champion_metrics, "reasons": decision.reasons,
+               "previous": decision.previous.uri if decision.previous else None,
+               "pointer_uri": decision.pointer_uri}
+    try:
+        return emit_event(
+            event=PROMOTED_EVENT if decision.promoted else REJECTED_EVENT,
+            resource={"prefect.resource.id": model_resource_id(decision.pipeline,
+                                                               decision.alias),
+                      "prefect.resource.name": f"{decision.pipeline}/{decision.alias}",
+                      "trainyard.pipeline": decision.pipeline,
+                      "trainyard.alias": decision.alias},
+            payload=payload)
+    except Exception as exc:  # noqa: BLE001 - an event is a notification, not the decision
+        logging.getLogger("tasks").warning("Could not emit the %s event: %s", decision.alias, exc)
+        return None
 
 
 @task(name="batch_predict", **_TASK_OPTIONS)
@@ -215,4 +262,5 @@ def _json(obj: Any) -> str:
 
 __all__ = ["report_task", "ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
-           "RETRY_DELAY_S"]
+           "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
+           "emit_decision_event"]

@@ -208,6 +208,8 @@ class Promotion(_Ref):
         pointer_uri: The alias's pointer file.
         entry_uri: This decision's entry in the alias's history.
         previous: The checkpoint the alias pointed at before (None: it was unset).
+        champion_metrics: ``previous``'s metrics on the candidate's validation data,
+            when the gate compared against it (None: no champion condition or none).
     """
 
     promoted: bool
@@ -218,8 +220,10 @@ class Promotion(_Ref):
     pointer_uri: str = ""
     entry_uri: str = ""
     previous: Optional[CheckpointRef] = None
+    champion_metrics: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
+        _check_json("Promotion", "champion_metrics", self.champion_metrics)
         if isinstance(self.checkpoint, dict):
             self.checkpoint = CheckpointRef.from_dict(self.checkpoint)
         if isinstance(self.previous, dict):

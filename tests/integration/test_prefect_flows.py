@@ -246,6 +246,23 @@ def test_batch_predict_flow_scores_with_the_production_model(retrain_run):
     assert "predicted_label" in out["predictions"]["schema"]
 
 
+def test_batch_predict_flow_scores_with_the_checkpoint_a_promotion_event_names(retrain_run):
+    """What the deployment's trigger on ``trainyard.model.promoted`` passes: the promoted
+    checkpoint's URI and storage. A URI never promoted there is refused."""
+    from engine.exceptions import ConfigError
+    from flows.batch_predict import batch_predict
+
+    state, storage, _ = retrain_run
+    promoted = state.result()["checkpoint"]
+    pointer = json.load(open(os.path.join(storage, "models", "digits", "production.json")))
+    assert pointer["checkpoint"]["uri"] == promoted
+    out = batch_predict(pipeline="digits", storage=storage, checkpoint_uri=promoted)
+    assert out["model"] == promoted and out["predictions"]["num_rows"] == 1797
+    with pytest.raises(ConfigError, match="never promoted"):
+        batch_predict(pipeline="digits", storage=storage,
+                      checkpoint_uri=os.path.join(os.path.dirname(promoted), "nope"))
+
+
 def test_batch_predict_flow_without_a_production_model_says_what_to_do(prefect_api,
                                                                        tmp_path):
     from flows.batch_predict import NoModelError, batch_predict

@@ -240,6 +240,30 @@ def test_failed_gate_leaves_production_on_the_previous_model(digits_model, digit
         core.promote(earlier, metrics, gate={}, registry=registry)
 
 
+def test_champion_gate_re_evaluates_production_on_the_candidates_data(digits_model,
+                                                                     digits_data, tmp_path):
+    ckpt, metrics = digits_model
+    _, splits = digits_data
+    val = splits["validation"]
+    registry = str(tmp_path / "registry")
+    earlier = CheckpointRef.from_dict({**ckpt.to_dict(), "uri": os.path.join(
+        ckpt.run_uri, "checkpoint_000000")})
+    earlier_metrics = core.evaluate(earlier, val, output_dir=str(tmp_path / "eval0"))
+    assert earlier_metrics["accuracy"] < metrics["accuracy"]  # epoch 0 vs epoch 2
+    assert core.promote(ckpt, metrics, gate={}, registry=registry).promoted
+    # The worse challenger: the champion (epoch 2) is scored on the same split.
+    gate = {"accuracy": [">=0.1", ">=champion"], "log_loss": "<=champion*1.5"}
+    rejected = core.promote(earlier, earlier_metrics, gate=gate, registry=registry,
+                            dataset=val)
+    assert not rejected.promoted and "FAIL (champion" in rejected.reasons[1]
+    assert rejected.champion_metrics["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert rejected.champion_metrics["dataset_fingerprint"] == val.fingerprint
+    assert core.resolve_alias("digits", registry=registry) == ckpt
+    entry = core.alias_history("digits", registry=registry)[-1]
+    assert entry["champion_metrics"]["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert entry["metrics"]["accuracy"] == earlier_metrics["accuracy"]
+
+
 def test_promote_uses_the_pipeline_gate_and_storage_by_default(digits_model, storage):
     ckpt, metrics = digits_model
     decision = core.promote(ckpt, metrics, alias="staging")

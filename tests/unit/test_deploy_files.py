@@ -253,3 +253,47 @@ def test_airflow_requirements_install_the_project_with_existing_extras(pyproject
     assert {"airflow", "torch", "xgboost", "sklearn"} <= extras
     assert "pip install -c constraints.txt -r deploy/airflow/requirements.txt" in _read(
         "deploy", "airflow", "requirements.txt")
+
+
+# --- Prefect ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def prefect_deployments() -> dict:
+    yaml = pytest.importorskip("yaml")
+    return {d["name"]: d for d in yaml.safe_load(_read("deploy", "prefect.yaml"))["deployments"]}
+
+
+def test_batch_predict_deployments_run_on_each_promotion_of_their_model(prefect_deployments):
+    """Each ``batch-predict-<pipeline>`` deployment has a trigger Prefect accepts, on the
+    event ``promote_task`` emits for that pipeline's alias, whose parameters render (as
+    the server renders them) to the promoted checkpoint, and which the flow takes."""
+    pytest.importorskip("prefect")
+    import copy
+    import inspect
+
+    from prefect.events import DeploymentTriggerTypes
+    from prefect.server.events.actions import RunDeployment
+    from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
+    from pydantic import TypeAdapter
+
+    from flows.batch_predict import batch_predict
+    from tasks.prefect_tasks import PROMOTED_EVENT, model_resource_id
+
+    predicts = {n: d for n, d in prefect_deployments.items() if n.startswith("batch-predict-")}
+    assert predicts
+    accepted = set(inspect.signature(batch_predict.fn).parameters)
+    for name, deployment in predicts.items():
+        assert deployment["entrypoint"] == "flows/batch_predict.py:batch_predict"
+        pipeline = deployment["parameters"]["pipeline"]
+        alias = deployment["parameters"]["alias"]
+        [trigger] = deployment["triggers"]
+        TypeAdapter(DeploymentTriggerTypes).validate_python(trigger)  # what `prefect deploy` does
+        assert trigger["match"]["prefect.resource.id"] == model_resource_id(pipeline, alias)
+        assert trigger["expect"] == [PROMOTED_EVENT]
+        params = copy.deepcopy(trigger["parameters"])
+        assert set(params) <= accepted, f"{name}: the flow does not take {set(params) - accepted}"
+        RunDeployment._upgrade_v1_templates(params)
+        payload = {"checkpoint_uri": "s3://b/ty/runs/r/checkpoint_000004", "storage": None}
+        rendered = hydrate(params, HydrationContext(
+            render_jinja=True, raise_on_error=True, jinja_context={"event": {"payload": payload}}))
+        assert rendered == {"pipeline": pipeline, "alias": alias,
+                            "checkpoint_uri": payload["checkpoint_uri"]}
