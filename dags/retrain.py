@@ -1,8 +1,10 @@
 """Scheduled retraining, one DAG per pipeline: ``retrain_<pipeline>``.
 
-    plan → ingest → split → tune → final_config → train → evaluate → promote
+    plan → ingest → validate → split → tune → final_config → train → evaluate → promote
 
-``plan`` reads the DAG run's params and the pipeline's defaults; ``tune`` searches the
+``plan`` reads the DAG run's params and the pipeline's defaults; ``validate`` checks the
+data against the pipeline's schema and for drift (a failed hard check fails the run
+before training; the report is in the task log and XCom); ``tune`` searches the
 pipeline's small grid for a few epochs; ``final_config`` takes the best config and the
 full epoch count; ``train`` trains it (a retry resumes the run from its latest
 checkpoint); ``promote`` points the ``production`` alias at the checkpoint if its
@@ -28,7 +30,7 @@ from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
                                  model_asset, promote_task, retrain_schedule, split_task,
-                                 train_task, tune_task, xcom_uri)
+                                 train_task, tune_task, validate_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -57,6 +59,12 @@ PARAMS = {
     "max_failures": Param(0, type="integer", minimum=-1,
                           description="Engine restarts inside a task (0: Airflow retries "
                                       "the task, which resumes)."),
+    "validate": Param(True, type="boolean",
+                      description="Check the data (the pipeline's schema, drift against "
+                                  "the production model's training data) before training."),
+    "checks": Param(None, type=["null", "object"],
+                    description='More validation checks, e.g. {"min_rows": 1000, "drift": '
+                                '{"threshold": 0.1, "fail": true}}.'),
 }
 
 
@@ -84,6 +92,7 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "train_epochs": p["train_epochs"] or spec.defaults[spec.epochs_key],
         "epochs_key": spec.epochs_key,
         "gate": p["gate"],
+        "validate": p["validate"], "checks": p["checks"],
     }
 
 
@@ -107,7 +116,9 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
     def retrain() -> None:
         settings = plan(pipeline)
         data = ingest_task(settings["source"], storage=settings["storage"])
-        splits = split_task(data, settings["test_size"], settings["seed"],
+        checked = validate_task(data, pipeline, checks=settings["checks"],
+                                storage=settings["storage"], enabled=settings["validate"])
+        splits = split_task(checked["dataset"], settings["test_size"], settings["seed"],
                             settings["stratify_column"])
         tuned = tune_task(pipeline, splits, settings["param_space"],
                           settings["tune_config"], scaling=settings["scaling"],

@@ -1,4 +1,4 @@
-"""The retraining flow: ingest → split → tune → train the best config longer → evaluate
+"""The retraining flow: ingest → validate → split → tune → train the best config longer → evaluate
 → promote (gated) → batch-predict with the production model → report.
 
     python -m flows.retrain                        # digits, on a local Ray, Prefect's
@@ -25,7 +25,7 @@ from tasks import core
 from tasks._store import storage_root
 from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
                                  ingest_task, promote_task, report_task, split_task,
-                                 train_task, tune_task)
+                                 train_task, tune_task, validate_task)
 from tasks.report import report_dir, summarize
 
 
@@ -39,7 +39,9 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             gate: Optional[Dict[str, str]] = None,
             alias: str = "production", scoring_source: Optional[str] = None,
             max_failures: int = 0, task_retries: int = RETRIES,
-            retry_delay_s: float = RETRY_DELAY_S) -> Dict[str, Any]:
+            retry_delay_s: float = RETRY_DELAY_S, validate_data: bool = True,
+            data_schema: Optional[Dict[str, Any]] = None,
+            data_checks: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Retrain a pipeline's model, promote it if it passes the gate, score with it.
 
     Args:
@@ -60,6 +62,11 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         scoring_source: Data to score (default: the validation split).
         max_failures: Engine-level restarts before a task fails (0: Prefect retries).
         task_retries, retry_delay_s: Prefect retries of each task.
+        validate_data: Check the data before training (``tasks.validate``): the
+            pipeline's schema, and drift against the production model's training data.
+            A failed hard check fails the flow before any training starts.
+        data_schema, data_checks: Instead of the pipeline's schema / more checks
+            (``min_rows``, ``drift``, ``reference``), as ``validate`` takes them.
 
     Returns:
         The summary (best config, validation metrics, promotion, where things are).
@@ -72,6 +79,9 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     scaling = {"num_workers": num_workers}
     with _quiet_ray_data():
         data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
+        if validate_data:
+            validate_task.with_options(**retry)(data, pipeline, data_schema, data_checks,
+                                                storage)
         stratify = spec.label_column if spec.task == "classification" else None
         splits = split_task.with_options(**retry)(data, test_size, seed, stratify)
         tuned = tune_task.with_options(**retry)(

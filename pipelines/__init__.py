@@ -53,6 +53,12 @@ class PipelineSpec:
             (its ``Result.config`` is the trial's ``param_space`` sample).
         predictor_kwargs: ``f(config)`` → keyword arguments of the framework
             predictor's ``from_checkpoint`` (e.g. ``model=`` for torch).
+        data_schema: The data the pipeline expects, in ``tasks.validate``'s JSON form
+            (``{"columns": {name: {"type", "nullable", "min", "max", "isin"}},
+            "strict"}``); ``validate`` checks every ingested data set against it.
+            None: no schema checks.
+        drift: Drift settings of ``validate`` over its defaults: ``{"method": "psi" |
+            "ks", "threshold": 0.2, "fail": False, "bins": 10, "columns": None}``.
     """
 
     name: str
@@ -73,6 +79,8 @@ class PipelineSpec:
     config_of: Callable[[Any], Dict[str, Any]] = \
         lambda result: dict((result.config or {}).get("train_loop_config") or {})
     predictor_kwargs: Callable[[Dict[str, Any]], Dict[str, Any]] = lambda config: {}
+    data_schema: Optional[Dict[str, Any]] = None
+    drift: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.task not in ("classification", "regression"):

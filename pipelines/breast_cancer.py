@@ -15,6 +15,18 @@ BASE_PARAMS = {"objective": "binary:logistic", "eval_metric": ["logloss", "error
                "tree_method": "hist"}
 ROUNDS_KEY = "num_boost_round"
 CHECKPOINT_FREQUENCY = 5
+_MEASURES = ("radius", "texture", "perimeter", "area", "smoothness", "compactness",
+             "concavity", "concave points", "symmetry", "fractal dimension")
+#: The 30 features of scikit-learn's frame (each measure's mean, standard error and
+#: worst value): non-negative, no nulls; a 0/1 label.
+FEATURE_COLUMNS = [f"mean {m}" for m in _MEASURES] + [f"{m} error" for m in _MEASURES] \
+    + [f"worst {m}" for m in _MEASURES]
+DATA_SCHEMA = {
+    "columns": {**{c: {"type": "float64", "nullable": False, "min": 0}
+                   for c in FEATURE_COLUMNS},
+                "target": {"type": "int", "nullable": False, "isin": [0, 1]}},
+    "strict": True,
+}
 
 
 def _split_config(config: Dict[str, Any]) -> tuple:
@@ -64,7 +76,8 @@ def _make_spec():
         param_space={"max_depth": {"grid_search": [2, 4]},
                      "eta": {"grid_search": [0.1, 0.3]}},
         epochs_key=ROUNDS_KEY, gate={"accuracy": ">=0.9"},
-        make_trainer=make_trainer, tune_space=tune_space, config_of=config_of)
+        make_trainer=make_trainer, tune_space=tune_space, config_of=config_of,
+        data_schema=DATA_SCHEMA, drift={"method": "psi", "threshold": 0.2, "fail": False})
 
 
 SPEC = _make_spec()

@@ -167,6 +167,31 @@ def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str
                  name=name).to_dict()
 
 
+@task(task_id="validate", retries=RETRIES, multiple_outputs=True)
+def validate_task(dataset: Dict[str, Any], pipeline: Optional[str] = None,
+                  schema: Optional[Dict[str, Any]] = None,
+                  checks: Optional[Dict[str, Any]] = None,
+                  storage: Optional[str] = None, enabled: bool = True) -> Dict[str, Any]:
+    """``tasks.validate.validate``: the report in the task log and in XCom (also per key:
+    ``validate_task(...)["dataset"]`` is the data set to split). A failed check fails the
+    task without retries, after pushing the report to XCom under ``validation``.
+    ``enabled=False`` (a DAG param) passes the data set on unchecked."""
+    from tasks.validate import ValidationReport, validate
+
+    if not enabled:
+        logger.warning("Validation is turned off for this run: the data is not checked.")
+        return ValidationReport(dataset=dataset, passed=True,
+                                warnings=["validation turned off"]).to_dict()
+    report = _call(validate, dataset, schema, checks, pipeline=pipeline,
+                   storage=full_uri(storage), raise_on_failure=False)
+    for line in report.summary().splitlines():
+        (logger.info if report.passed else logger.error)("%s", line)
+    if not report.passed:
+        get_current_context()["ti"].xcom_push(key="validation", value=report.to_dict())
+        _call(report.raise_for_status)
+    return report.to_dict()
+
+
 @task(task_id="split", retries=RETRIES, multiple_outputs=True)
 def split_task(dataset: Dict[str, Any], test_size: float = 0.2, seed: int = 0,
                stratify_column: Optional[str] = None) -> Dict[str, Any]:
@@ -284,7 +309,7 @@ def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
                  keep_columns=keep_columns).to_dict()
 
 
-__all__ = ["ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+__all__ = ["ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
            "dag_pipelines", "retrain_schedule", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
            "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]

@@ -32,6 +32,7 @@ from engine.exceptions import ConfigError
 from pipelines import UnknownPipelineError
 from tasks import core
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
+from tasks.validate import ValidationReport, markdown, validate
 
 #: Task retries and the pause before each (tasks resume, so a retry is cheap).
 RETRIES = 2
@@ -95,6 +96,24 @@ def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str
         table=[{"name": ref.name, "rows": ref.num_rows, "columns": len(ref.schema),
                 "fingerprint": ref.fingerprint[:16], "uri": ref.uri}])
     return ref
+
+
+@task(name="validate", **_TASK_OPTIONS)
+def validate_task(dataset: DatasetRef, pipeline: Optional[str] = None,
+                  schema: Optional[Dict[str, Any]] = None,
+                  checks: Optional[Dict[str, Any]] = None,
+                  storage: Optional[str] = None) -> ValidationReport:
+    """``tasks.validate.validate``; the report is a Markdown artifact, written before a
+    failed check fails the task (not retried: the same data fails the same way)."""
+    report = validate(dataset, schema, checks, pipeline=pipeline, storage=storage,
+                      raise_on_failure=False)
+    create_markdown_artifact(
+        key=_key(pipeline or report.dataset.name or "data", "validation"),
+        markdown=markdown(report),
+        description=f"Validation of `{report.dataset.uri}`: "
+                    f"{'passed' if report.passed else 'FAILED'}")
+    report.raise_for_status()
+    return report
 
 
 @task(name="split", **_TASK_OPTIONS)
@@ -213,6 +232,6 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
 
 
-__all__ = ["report_task", "ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+__all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
            "RETRY_DELAY_S"]

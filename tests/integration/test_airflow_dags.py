@@ -115,8 +115,8 @@ def test_dags_parse_without_errors_or_heavy_imports(parsed):
     assert {RETRAIN, BATCH} <= set(result["dags"])
     assert result["heavy_modules"] == [], "parsing dags/ imported " + str(result["heavy_modules"])
     retrain = result["dags"][RETRAIN]
-    assert retrain["tasks"] == ["plan", "ingest", "split", "tune", "final_config", "train",
-                                "evaluate", "promote"]
+    assert retrain["tasks"] == ["plan", "ingest", "validate", "split", "tune", "final_config",
+                                "train", "evaluate", "promote"]
     assert retrain["schedule"] == "0 3 * * 1" and retrain["catchup"] is False
     assert retrain["outlets"] == {"promote": [ASSET_URI]}
     assert result["dags"][BATCH]["schedule_assets"] == [ASSET_URI]
