@@ -1,6 +1,6 @@
 """Scheduled retraining, one DAG per pipeline: ``retrain_<pipeline>``.
 
-    plan → ingest → validate → split → tune → final_config → train → evaluate → promote
+    plan → ingest → validate → split → data_changed → tune → final_config → train → evaluate → promote
 
 ``plan`` reads the DAG run's params and the pipeline's defaults; ``validate`` checks the
 data against the pipeline's schema and for drift (a failed hard check fails the run
@@ -29,8 +29,9 @@ from typing import Any, Dict
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
-                                 model_asset, promote_task, retrain_schedule, split_task,
-                                 train_task, tune_task, validate_task, xcom_uri)
+                                 model_asset, promote_task, retrain_schedule,
+                                 skip_if_unchanged_task, split_task, train_task, tune_task,
+                                 validate_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -65,6 +66,19 @@ PARAMS = {
     "checks": Param(None, type=["null", "object"],
                     description='More validation checks, e.g. {"min_rows": 1000, "drift": '
                                 '{"threshold": 0.1, "fail": true}}.'),
+    "window": Param(None, type=["null", "object"],
+                    description='A Hive-partitioned source: the partitions to read, e.g. '
+                                '{"column": "date", "last": "30d"}; it ends at the run\'s '
+                                'data interval end unless it says "until".'),
+    "partition_filter": Param(None, type=["null", "object"],
+                              description='A Hive-partitioned source: e.g. {"region": '
+                                          '["eu", "us"]}.'),
+    "incremental": Param(False, type="boolean",
+                         description="Read only partitions that changed since the last "
+                                     "ingest; none: reuse the previous data set."),
+    "skip_if_unchanged": Param(False, type="boolean",
+                               description="Skip training when the production model was "
+                                           "trained on exactly this data."),
 }
 
 
@@ -93,6 +107,8 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "epochs_key": spec.epochs_key,
         "gate": p["gate"],
         "validate": p["validate"], "checks": p["checks"],
+        "window": p["window"], "partition_filter": p["partition_filter"],
+        "incremental": p["incremental"], "skip_if_unchanged": p["skip_if_unchanged"],
     }
 
 
@@ -115,14 +131,20 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
          description=f"Retrain {pipeline}, promote it to {alias} if it passes the gate.")
     def retrain() -> None:
         settings = plan(pipeline)
-        data = ingest_task(settings["source"], storage=settings["storage"])
+        data = ingest_task(settings["source"], storage=settings["storage"],
+                           partition_filter=settings["partition_filter"],
+                           window=settings["window"], incremental=settings["incremental"])
         checked = validate_task(data, pipeline, checks=settings["checks"],
                                 storage=settings["storage"], enabled=settings["validate"])
         splits = split_task(checked["dataset"], settings["test_size"], settings["seed"],
                             settings["stratify_column"])
+        changed = skip_if_unchanged_task(pipeline, splits["train"],
+                                         settings["skip_if_unchanged"], alias,
+                                         settings["storage"])
         tuned = tune_task(pipeline, splits, settings["param_space"],
                           settings["tune_config"], scaling=settings["scaling"],
                           run=settings["tune_run"])
+        changed >> tuned
         run = final_config(settings["train_run"], tuned, settings["epochs_key"],
                            settings["train_epochs"])
         checkpoint = train_task(pipeline, splits, settings["scaling"], run)

@@ -22,6 +22,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from tasks import core
+from tasks._sources import production_trained_on
 from tasks._store import storage_root
 from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
                                  ingest_task, promote_task, report_task, split_task,
@@ -41,7 +42,10 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             max_failures: int = 0, task_retries: int = RETRIES,
             retry_delay_s: float = RETRY_DELAY_S, validate_data: bool = True,
             data_schema: Optional[Dict[str, Any]] = None,
-            data_checks: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+            data_checks: Optional[Dict[str, Any]] = None,
+            window: Optional[Dict[str, Any]] = None,
+            partition_filter: Optional[Dict[str, Any]] = None,
+            incremental: bool = False, skip_if_unchanged: bool = False) -> Dict[str, Any]:
     """Retrain a pipeline's model, promote it if it passes the gate, score with it.
 
     Args:
@@ -67,6 +71,11 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             A failed hard check fails the flow before any training starts.
         data_schema, data_checks: Instead of the pipeline's schema / more checks
             (``min_rows``, ``drift``, ``reference``), as ``validate`` takes them.
+        window, partition_filter, incremental: For a Hive-partitioned ``source``
+            (``tasks.core.ingest``); the window ends at this flow run's scheduled
+            start time unless it says ``until``.
+        skip_if_unchanged: Stop after the split when the ``alias`` model was trained on
+            exactly this training data (nothing new arrived).
 
     Returns:
         The summary (best config, validation metrics, promotion, where things are).
@@ -78,12 +87,21 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     retry = dict(retries=task_retries, retry_delay_seconds=retry_delay_s)
     scaling = {"num_workers": num_workers}
     with _quiet_ray_data():
-        data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
+        data = ingest_task.with_options(**retry)(
+            source or spec.source, storage=storage, partition_filter=partition_filter,
+            window=window, incremental=incremental)
         if validate_data:
             validate_task.with_options(**retry)(data, pipeline, data_schema, data_checks,
                                                 storage)
         stratify = spec.label_column if spec.task == "classification" else None
         splits = split_task.with_options(**retry)(data, test_size, seed, stratify)
+        current = production_trained_on(pipeline, splits["train"], alias, storage=storage) \
+            if skip_if_unchanged else None
+        if current is not None:
+            print(f"The data did not change: {pipeline}/{alias} ({current.uri}) was trained "
+                  "on this training set; skipping training (skip_if_unchanged).")
+            return {"pipeline": pipeline, "skipped": True, "dataset": data.uri,
+                    "production": current.uri, "promoted": False}
         tuned = tune_task.with_options(**retry)(
             pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
             scaling, {"storage": storage, "config": {spec.epochs_key: tune_epochs},

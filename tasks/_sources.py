@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from engine.exceptions import ConfigError
-from tasks.refs import DatasetRef
+from tasks.refs import CheckpointRef, DatasetRef
 
 _SQL_SCHEMES = ("postgresql", "postgres", "sqlite", "mysql", "mariadb", "mssql", "oracle",
                 "snowflake", "redshift", "bigquery", "duckdb", "trino", "cockroachdb")
@@ -67,4 +67,17 @@ def _refuse(part_opts: set, source: Any) -> None:
         raise ConfigError(f"ingest: {sorted(part_opts)} need a Hive-partitioned Parquet "
                           f"directory (key=value subdirectories, e.g. "
                           f"events/date=2026-11-25/); {source!r} is not one.")
+    return None
+
+
+def production_trained_on(pipeline: str, train: Any, alias: str = "production", *,
+                          storage: Optional[str] = None) -> Optional[CheckpointRef]:
+    """The model ``alias`` points at if it was trained on exactly ``train`` (the same
+    training split fingerprint), else None: what ``skip_if_unchanged`` asks."""
+    from tasks import core
+
+    ref = DatasetRef.from_dict(train)
+    production = core.resolve_alias(pipeline, alias, storage=storage)
+    if production is not None and production.data_fingerprint == ref.fingerprint:
+        return production
     return None

@@ -158,13 +158,46 @@ def _run_settings(run: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 
 # --- tasks ------------------------------------------------------------------------------
 @task(task_id="ingest", retries=RETRIES, multiple_outputs=False)
-def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
-                name: Optional[str] = None) -> Dict[str, Any]:
-    """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict."""
+def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
+                storage: Optional[str] = None, name: Optional[str] = None,
+                partition_filter: Optional[Dict[str, Any]] = None,
+                window: Optional[Dict[str, Any]] = None, since: Any = None,
+                until: Any = None, incremental: bool = False) -> Dict[str, Any]:
+    """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict. A ``window`` without
+    an end ends at the DAG run's ``data_interval_end`` (else its logical date)."""
     from tasks import core
 
-    return _call(core.ingest, source, format, storage=full_uri(storage),
-                 name=name).to_dict()
+    if window is not None and until is None and not (window or {}).get("until"):
+        until = _logical_end()
+        logger.info("Window %s ends at the run's data interval end %s.", window, until)
+    return _call(core.ingest, source, format, storage=full_uri(storage), name=name,
+                 partition_filter=partition_filter, window=window, since=since,
+                 until=until, incremental=incremental).to_dict()
+
+
+def _logical_end() -> Any:
+    ctx = get_current_context()
+    return ctx.get("data_interval_end") or ctx.get("logical_date") or ctx.get("run_after")
+
+
+@task(task_id="data_changed", retries=RETRIES, multiple_outputs=False)
+def skip_if_unchanged_task(pipeline: str, train: Dict[str, Any], enabled: bool = False,
+                           alias: str = DEFAULT_ALIAS,
+                           storage: Optional[str] = None) -> bool:
+    """With ``enabled``: skip (and so skip everything downstream) when the ``alias``
+    model was trained on exactly this training data; otherwise pass."""
+    from tasks._sources import production_trained_on
+
+    if not enabled:
+        return True
+    production = _call(production_trained_on, pipeline, train, alias,
+                       storage=full_uri(storage))
+    if production is not None:
+        raise AirflowSkipException(
+            f"The data did not change: {pipeline}/{alias} ({production.uri}) was trained "
+            f"on this training set (fingerprint {production.data_fingerprint[:16]}); "
+            "nothing to retrain (skip_if_unchanged).")
+    return True
 
 
 @task(task_id="validate", retries=RETRIES, multiple_outputs=True)
@@ -309,7 +342,7 @@ def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
                  keep_columns=keep_columns).to_dict()
 
 
-__all__ = ["ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
+__all__ = ["ingest_task", "validate_task", "skip_if_unchanged_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
            "dag_pipelines", "retrain_schedule", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
            "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]

@@ -80,6 +80,13 @@ def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str) -> Dict[str, 
     return out
 
 
+def _scheduled_time() -> Any:
+    """The flow run's scheduled start time (None outside a flow run: ingest uses now)."""
+    from prefect.runtime import flow_run
+
+    return flow_run.scheduled_start_time if flow_run.id else None
+
+
 def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [{"metric": k, "value": v} for k, v in sorted(metrics.items())
             if isinstance(v, (int, float, str, bool)) or v is None]
@@ -87,10 +94,18 @@ def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 # --- tasks ------------------------------------------------------------------------------
 @task(name="ingest", **_TASK_OPTIONS)
-def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
-                name: Optional[str] = None) -> DatasetRef:
-    """``tasks.core.ingest`` (a table artifact describes the data set)."""
-    ref = core.ingest(source, format, storage=storage, name=name)
+def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
+                storage: Optional[str] = None, name: Optional[str] = None,
+                partition_filter: Optional[Dict[str, Any]] = None,
+                window: Optional[Dict[str, Any]] = None, since: Any = None,
+                until: Any = None, incremental: bool = False) -> DatasetRef:
+    """``tasks.core.ingest`` (a table artifact describes the data set). A ``window``
+    without an end ends at the flow run's scheduled start time (its logical date)."""
+    if window is not None and until is None and not (window or {}).get("until"):
+        until = _scheduled_time()
+    ref = core.ingest(source, format, storage=storage, name=name,
+                      partition_filter=partition_filter, window=window, since=since,
+                      until=until, incremental=incremental)
     create_table_artifact(
         key=_key("dataset", ref.name), description=f"Ingested `{source}`",
         table=[{"name": ref.name, "rows": ref.num_rows, "columns": len(ref.schema),

@@ -115,8 +115,8 @@ def test_dags_parse_without_errors_or_heavy_imports(parsed):
     assert {RETRAIN, BATCH} <= set(result["dags"])
     assert result["heavy_modules"] == [], "parsing dags/ imported " + str(result["heavy_modules"])
     retrain = result["dags"][RETRAIN]
-    assert retrain["tasks"] == ["plan", "ingest", "validate", "split", "tune", "final_config",
-                                "train", "evaluate", "promote"]
+    assert retrain["tasks"] == ["plan", "ingest", "validate", "split", "data_changed", "tune",
+                                "final_config", "train", "evaluate", "promote"]
     assert retrain["schedule"] == "0 3 * * 1" and retrain["catchup"] is False
     assert retrain["outlets"] == {"promote": [ASSET_URI]}
     assert result["dags"][BATCH]["schedule_assets"] == [ASSET_URI]
@@ -128,6 +128,33 @@ def test_unknown_pipeline_is_an_import_error_naming_the_known_ones(parsed):
     assert set(result["import_errors"]) == {"retrain.py", "batch_predict.py"}
     for error in result["import_errors"].values():
         assert "no_such_pipeline" in error and "digits" in error
+
+
+def test_window_ends_at_the_logical_date_and_bad_data_fails_before_training(
+        airflow_home, tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "events"
+    for day in range(16, 28):  # the 26th and 27th are at or after the logical date
+        part = source / f"date=2026-11-{day:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(pa.table({"x": np.random.default_rng(day).random(100)}),
+                       part / "part-0.parquet")
+    run = run_driver("window", airflow_home, str(tmp_path), 300, str(tmp_path / "st"),
+                     str(source))
+    ingested = run["xcom"]["ingest"]
+    assert (ingested["metadata"]["first_partition"], ingested["metadata"]["last_partition"]
+            ) == ("date=2026-11-19", "date=2026-11-25")
+    assert ingested["num_rows"] == 700
+    assert run["state"] == "failed"
+    assert run["tis"]["validate"] == {"state": "failed", "try_number": 1}  # not retried
+    assert run["tis"]["tune"]["state"] == "upstream_failed"
+    report = run["all_xcom"]["validate"]["validation"]
+    assert report["passed"] is False
+    assert {"at least 5000 rows", "columns missing"} <= {f["check"]
+                                                          for f in report["failures"]}
 
 
 @pytest.mark.slow
@@ -418,6 +445,23 @@ def _secrets(out: str) -> None:
     _write(out, result)
 
 
+def _window(out: str, storage: str, source: str) -> None:
+    """retrain with a 7-day window over a partitioned source, logical date 2026-11-26,
+    and a validation check the data fails."""
+    from datetime import datetime, timezone
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=DAGS)
+    assert not bag.import_errors, bag.import_errors
+    retrain = bag.dags[RETRAIN]
+    dr = retrain.test(logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc),
+                      run_conf={"storage": storage, "source": source,
+                                "window": {"column": "date", "last": "7d"},
+                                "checks": {"min_rows": 5000}})
+    _write(out, {**_run_summary(dr, RETRAIN), "all_xcom": _all_xcom(dr, RETRAIN)})
+
+
 def _write(out: str, data: dict) -> None:
     with open(out + ".tmp", "w") as fh:
         json.dump(data, fh, default=str)
@@ -430,6 +474,8 @@ if __name__ == "__main__":
         _parse(out_path)
     elif scenario == "runs":
         _runs(out_path, *rest)
+    elif scenario == "window":
+        _window(out_path, *rest)
     elif scenario == "secrets":
         _secrets(out_path)
     else:
