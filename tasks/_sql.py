@@ -98,6 +98,13 @@ def parse_source(source: Optional[str], sql: Optional[str], connection: Optional
     return _with_driver(_with_password(url)), table, sql or "", key, readers
 
 
+def with_table(url: str, table: str) -> str:
+    """``url`` with ``?table=`` set (for adapters that hold a URL from a secret store and
+    a table name from the user); the password stays in, for the driver only."""
+    parsed = _url(url).update_query_dict({"table": table})
+    return parsed.render_as_string(hide_password=False)
+
+
 def _resolve_env(text: Optional[str]) -> Optional[str]:
     if isinstance(text, str) and text.startswith("env:"):
         name = text[4:]

