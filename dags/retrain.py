@@ -76,6 +76,12 @@ PARAMS = {
     "incremental": Param(False, type="boolean",
                          description="Read only partitions that changed since the last "
                                      "ingest; none: reuse the previous data set."),
+    "conn_id": Param(None, type=["null", "string"],
+                     description="Read a database: the Airflow connection that holds it "
+                                 "(its password stays in Airflow's secrets backend); with "
+                                 "table or sql."),
+    "table": Param(None, type=["null", "string"], description="With conn_id: the table."),
+    "sql": Param(None, type=["null", "string"], description="With conn_id: the query."),
     "skip_if_unchanged": Param(False, type="boolean",
                                description="Skip training when the production model was "
                                            "trained on exactly this data."),
@@ -109,6 +115,7 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "validate": p["validate"], "checks": p["checks"],
         "window": p["window"], "partition_filter": p["partition_filter"],
         "incremental": p["incremental"], "skip_if_unchanged": p["skip_if_unchanged"],
+        "conn_id": p["conn_id"], "table": p["table"], "sql": p["sql"],
     }
 
 
@@ -133,7 +140,9 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
         settings = plan(pipeline)
         data = ingest_task(settings["source"], storage=settings["storage"],
                            partition_filter=settings["partition_filter"],
-                           window=settings["window"], incremental=settings["incremental"])
+                           window=settings["window"], incremental=settings["incremental"],
+                           conn_id=settings["conn_id"], table=settings["table"],
+                           sql=settings["sql"])
         checked = validate_task(data, pipeline, checks=settings["checks"],
                                 storage=settings["storage"], enabled=settings["validate"])
         splits = split_task(checked["dataset"], settings["test_size"], settings["seed"],

@@ -228,12 +228,14 @@ def _schema(conn: Any, query: str) -> pa.Schema:
     import sqlalchemy
 
     sample = _sample(conn, query)
+    quote = conn.dialect.identifier_preparer.quote
     fields = []
     for field in sample.schema:
         if pa.types.is_null(field.type):
+            col = quote(field.name)
             found = conn.execute(sqlalchemy.text(
-                f"SELECT {field.name} FROM ({query}) AS {_ALIAS} WHERE {field.name} IS NOT "
-                f"NULL LIMIT 1")).fetchall()
+                f"SELECT {col} FROM ({query}) AS {_ALIAS} WHERE {col} IS NOT NULL "
+                "LIMIT 1")).fetchall()
             if found:
                 field = pa.field(field.name, pa.array([found[0][0]]).type)
         fields.append(field)
@@ -248,8 +250,9 @@ def _shards(conn: Any, query: str, key: Optional[str], columns: List[str],
     if key is not None:
         if key not in columns:
             raise ConfigError(f"key {key!r} is not a column of the result ({columns}).")
+        col = conn.dialect.identifier_preparer.quote(key)
         lo, hi, count, keyed = conn.execute(sqlalchemy.text(
-            f"SELECT MIN({key}), MAX({key}), COUNT(*), COUNT({key}) FROM ({query}) AS "
+            f"SELECT MIN({col}), MAX({col}), COUNT(*), COUNT({col}) FROM ({query}) AS "
             f"{_ALIAS}")).one()
         if count and keyed != count:
             raise ConfigError(f"key {key!r} is NULL in {count - keyed} rows: shard by a "
@@ -259,8 +262,8 @@ def _shards(conn: Any, query: str, key: Optional[str], columns: List[str],
                               "or none (the rows are then sliced with LIMIT/OFFSET).")
         bounds = [lo + ((hi - lo + 1) * i) // readers for i in range(readers + 1)] \
             if count else [0, 1]
-        return [f"SELECT * FROM ({query}) AS {_ALIAS} WHERE {key} >= {a} AND {key} < {b} "
-                f"ORDER BY {key}" for a, b in zip(bounds, bounds[1:]) if b > a], count
+        return [f"SELECT * FROM ({query}) AS {_ALIAS} WHERE {col} >= {a} AND {col} < {b} "
+                f"ORDER BY {col}" for a, b in zip(bounds, bounds[1:]) if b > a], count
     count = conn.execute(sqlalchemy.text(
         f"SELECT COUNT(*) FROM ({query}) AS {_ALIAS}")).scalar_one()
     order = ", ".join(str(i + 1) for i in range(len(columns)))

