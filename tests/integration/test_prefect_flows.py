@@ -446,6 +446,11 @@ def test_flow_skips_training_when_production_was_trained_on_this_data(
                     incremental=True, skip_if_unchanged=True, return_state=True)
     runs = _task_runs(state.state_details.flow_run_id)
     assert "tune" in runs and runs["validate"].state.is_completed()
+    from tasks.validate import ValidationReport
+
+    report = runs["validate"].state.result()  # read back through the JSON result store
+    assert isinstance(report, ValidationReport) and report.passed
+    assert report.dataset == runs["ingest"].state.result()
 
 
 def test_database_password_from_a_secret_block_never_reaches_prefect(
