@@ -25,7 +25,9 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m flows.retrain
 
+# The layer contracts ([tool.importlinter] in pyproject.toml) first: seconds, no Ray.
 test: $(STAMP) $(HOROVOD_STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP) $(HOROVOD_STAMP)

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import pyarrow.fs as pafs
 
 from engine import constants
+from engine import preprocessors as _pp
 from engine._internal import storage as _storage
 from engine.exceptions import CheckpointError
 
@@ -30,6 +31,11 @@ class Checkpoint:
         path: Local path or URI of the directory (``s3://bucket/key``, also with
             ``?endpoint_override=host:port&scheme=http`` for S3-compatible servers).
         filesystem: The ``pyarrow.fs`` filesystem holding ``path`` (inferred if None).
+        owns_directory: ``path`` is a local temporary directory made for this checkpoint
+            alone (what :meth:`from_dict` and the framework checkpoints' ``from_model``
+            make): once the checkpoint is reported and copied into run storage, the
+            engine deletes it. Default False: a directory you pass is never deleted.
+            Readable afterwards as :attr:`owns_directory`.
 
     A checkpoint in S3 keeps its endpoint in ``filesystem`` (which pickles its options),
     while :attr:`uri` shows neither endpoint nor credentials. ``Checkpoint(ckpt.uri)``
@@ -38,7 +44,8 @@ class Checkpoint:
     ``filesystem=``, or set ``AWS_ENDPOINT_URL_S3`` to the server.
     """
 
-    def __init__(self, path: str, filesystem: Optional[pafs.FileSystem] = None) -> None:
+    def __init__(self, path: str, filesystem: Optional[pafs.FileSystem] = None, *,
+                 owns_directory: bool = False) -> None:
         path = os.fspath(path)
         if filesystem is None:
             filesystem, inner = _storage.resolve(path)
@@ -46,8 +53,18 @@ class Checkpoint:
             inner = _storage.resolve(path, filesystem)[1]
         self.filesystem = filesystem
         self.path = inner
-        self._owned_tmp = False  # a temp dir made by from_dict, removed after upload
+        self.owns_directory = bool(owns_directory)
         self.metrics: Optional[Dict[str, Any]] = None
+
+    # The old private spelling of owns_directory: engine/tune/_loop.py sets it and the
+    # controller reads it until they use owns_directory.
+    @property
+    def _owned_tmp(self) -> bool:
+        return self.owns_directory
+
+    @_owned_tmp.setter
+    def _owned_tmp(self, value: bool) -> None:
+        self.owns_directory = bool(value)
 
     # --- constructors ----------------------------------------------------------
     @classmethod
@@ -78,9 +95,7 @@ class Checkpoint:
         tmp = tempfile.mkdtemp(prefix="trainyard_ckpt_")
         with open(os.path.join(tmp, constants.DICT_CHECKPOINT_FILE), "wb") as f:
             _dump_dict(data, f)
-        ckpt = cls(tmp)
-        ckpt._owned_tmp = True
-        return ckpt
+        return cls(tmp, owns_directory=True)
 
     # --- readers ---------------------------------------------------------------
     @property
@@ -145,10 +160,8 @@ class Checkpoint:
         only. Predictors pass ``allow_pickle=False`` unless told otherwise, and then a
         pickled preprocessor is a :class:`CheckpointError`.
         """
-        from engine._internal.data import load_preprocessor
-
-        return load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path,
-                                 allow_pickle=allow_pickle)
+        return _pp.load_preprocessor(_storage.Storage(self.filesystem, self.path), self.path,
+                                     allow_pickle=allow_pickle)
 
     def get_internal_representation(self) -> Tuple[str, str]:
         """``("local_path", path)`` or ``("uri", uri)``, as in the seed pages."""
@@ -256,11 +269,7 @@ def _owned_checkpoint(cls: type, prefix: str, write_model: Any,
     tmp = tempfile.mkdtemp(prefix=prefix)
     write_model(tmp)
     if preprocessor is not None:
-        from engine import preprocessors as _pp
-
         name, data = _pp.dumps(preprocessor)
         with open(os.path.join(tmp, name), "wb") as f:
             f.write(data)
-    ckpt = cls(tmp)
-    ckpt._owned_tmp = True
-    return ckpt
+    return cls(tmp, owns_directory=True)

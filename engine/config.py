@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
+from engine._internal.uris import redact
+from engine.constants import METRICS_REDUCE_OPS
 from engine.exceptions import ConfigError
+
+# This module is the bottom of the engine: it imports only constants, exceptions and leaf
+# helpers. Callbacks are checked by duck typing (the hooks the callback runner calls),
+# not against engine.callbacks.Callback, which sits above.
+_HOOK_PREFIXES = ("on_", "log_trial_")
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _SCORE_ORDERS = ("max", "min")
@@ -205,8 +213,6 @@ class RunConfig:
                 f"RunConfig(verbose={self.verbose!r}) is invalid: use 0 (silent), 1 (a "
                 "status line) or 2 (a line per report).")
         if self.storage_path is not None:
-            import os
-
             if not isinstance(self.storage_path, (str, os.PathLike)):
                 raise ConfigError(
                     f"RunConfig(storage_path={self.storage_path!r}) is invalid: use an "
@@ -222,8 +228,6 @@ class RunConfig:
 
 
     def __repr__(self) -> str:
-        from engine._internal.storage import redact
-
         shown = redact(self.storage_path) if self.storage_path else None
         return (f"RunConfig(name={self.name!r}, storage_path={shown!r}, "
                 f"checkpoint_config={self.checkpoint_config!r}, "
@@ -232,8 +236,6 @@ class RunConfig:
 
 
 def _check_callbacks(callbacks: Any) -> None:
-    from engine.callbacks import Callback
-
     if not isinstance(callbacks, (list, tuple)):
         raise ConfigError(
             f"RunConfig(callbacks={callbacks!r}) is invalid: pass a list, e.g. "
@@ -243,22 +245,28 @@ def _check_callbacks(callbacks: Any) -> None:
             raise ConfigError(
                 f"RunConfig(callbacks=[{cb.__name__}]) passes the class: pass an instance, "
                 f"{cb.__name__}().")
-        if not isinstance(cb, Callback):
+        if not _has_hooks(cb):
             raise ConfigError(
                 f"RunConfig(callbacks=[..., {cb!r}]) is invalid: callbacks are instances of "
                 "engine.callbacks.Callback (or LoggerCallback) subclasses.")
 
 
-def _check_metrics_reduce(spec: Any) -> None:
-    from engine._internal.worker_metrics import REDUCE_OPS
+def _has_hooks(obj: Any) -> bool:
+    """Whether ``obj`` has a callback hook (``on_*``, ``log_trial_*``) as every
+    ``engine.callbacks.Callback`` does; the runner calls any hook that it has."""
+    cls = type(obj)
+    return any(name.startswith(_HOOK_PREFIXES) and callable(getattr(cls, name, None))
+               for name in dir(cls))
 
+
+def _check_metrics_reduce(spec: Any) -> None:
     if spec is None:
         return
     if not isinstance(spec, dict) or not all(
-            isinstance(k, str) and v in REDUCE_OPS for k, v in spec.items()):
+            isinstance(k, str) and v in METRICS_REDUCE_OPS for k, v in spec.items()):
         raise ConfigError(
             f"RunConfig(metrics_reduce={spec!r}) is invalid: use a dict of metric name to "
-            f"one of {', '.join(REDUCE_OPS)}, e.g. {{'loss': 'mean', 'samples': 'sum'}}."
+            f"one of {', '.join(METRICS_REDUCE_OPS)}, e.g. {{'loss': 'mean', 'samples': 'sum'}}."
         )
 
 

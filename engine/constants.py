@@ -1,22 +1,85 @@
-"""Knobs of the engine: environment variables and their defaults, in one place."""
+"""Knobs of the engine: environment variables and their defaults, in one place.
+
+Every ``TRAINYARD_*`` environment variable that trainyard reads (the engine, the
+orchestrator tasks, the build scripts, the test suite) is declared here with
+:func:`_setting`, which records its default and a one-line description in
+:data:`SETTINGS`. The README's "Settings" table is generated from it::
+
+    python scripts/gen_settings_table.py             # rewrite the table in README.md
+    python scripts/gen_settings_table.py --markdown  # print it
+
+(``tests/unit/test_settings.py`` checks that the two agree and that no other
+``TRAINYARD_*`` name is used anywhere.)
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its name, its default and what it does.
+
+    Args:
+        name: The variable (``TRAINYARD_…``).
+        default: The value used when it is unset (None: no value, or a computed one).
+        description: One line: what it changes, for the README's table.
+        scope: Who reads it: ``engine``, ``internal`` (set by the engine for its own
+            processes), ``Airflow``, ``build`` or ``tests``.
+        default_text: How the table shows a default that is computed or needs words
+            (e.g. ``"max(4, CPU count)"``); empty: the default value itself.
+    """
+
+    name: str
+    default: Any
+    description: str
+    scope: str = "engine"
+    default_text: str = ""
+
+
+#: Every setting, by name, in the order declared here (the README table's order).
+SETTINGS: Dict[str, Setting] = {}
+
+
+def _setting(name: str, default: Any, description: str, scope: str = "engine",
+             default_text: str = "") -> str:
+    """Declare ``name`` in :data:`SETTINGS`; returns the name (for ``*_ENV_VAR``)."""
+    if not name.startswith("TRAINYARD_") or name in SETTINGS:
+        raise ValueError(f"setting {name!r}: a new TRAINYARD_* name")
+    SETTINGS[name] = Setting(name, default, description, scope, default_text)
+    return name
 
 # Where runs are stored when RunConfig(storage_path=None).
-STORAGE_PATH_ENV_VAR = "TRAINYARD_STORAGE_PATH"
 DEFAULT_STORAGE_PATH = os.path.join("~", "trainyard_results")
+STORAGE_PATH_ENV_VAR = _setting(
+    "TRAINYARD_STORAGE_PATH", DEFAULT_STORAGE_PATH,
+    "Where runs, data sets and models go when no storage path is given: a local path or "
+    "an s3://, gs://, memory:// URI.")
 
 # Logical CPUs given to the embedded Ray when none is running. Ray's CPU counts are
 # logical: on a 2-core laptop two 1-CPU workers would otherwise leave nothing for Ray
 # Data tasks, which then wait forever.
-RAY_NUM_CPUS_ENV_VAR = "TRAINYARD_RAY_NUM_CPUS"
 DEFAULT_MIN_RAY_NUM_CPUS = 4
+RAY_NUM_CPUS_ENV_VAR = _setting(
+    "TRAINYARD_RAY_NUM_CPUS", None,
+    "Logical CPUs of the local Ray started when none is running (RAY_ADDRESS joins a "
+    "cluster instead).", default_text=f"max({DEFAULT_MIN_RAY_NUM_CPUS}, CPU count)")
+
+# Ray starts worker processes at nice 15 so that its daemons stay responsive; the local
+# instance's workers are its main job and run at the priority torchrun's would have.
+DEFAULT_RAY_WORKER_NICENESS = 0
+RAY_WORKER_NICENESS_ENV_VAR = _setting(
+    "TRAINYARD_RAY_WORKER_NICENESS", DEFAULT_RAY_WORKER_NICENESS,
+    "Niceness of the local Ray's worker processes (Ray's own default is 15).")
 
 # Seconds to wait for the worker group's placement group before failing with advice.
-PLACEMENT_GROUP_TIMEOUT_ENV_VAR = "TRAINYARD_PLACEMENT_GROUP_TIMEOUT_S"
 DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
+PLACEMENT_GROUP_TIMEOUT_ENV_VAR = _setting(
+    "TRAINYARD_PLACEMENT_GROUP_TIMEOUT_S", DEFAULT_PLACEMENT_GROUP_TIMEOUT_S,
+    "Seconds to wait for the worker group's resources before failing with advice.")
 
 # How long one long-poll of a worker waits for a report before returning empty.
 POLL_TIMEOUT_S = 0.5
@@ -26,11 +89,15 @@ POLL_TIMEOUT_S = 0.5
 REPORT_BATCH_WINDOW_S = 0.1
 
 # "0" turns off the worker's gc.freeze() before train_func (see engine/_internal/worker.py).
-GC_FREEZE_ENV_VAR = "TRAINYARD_GC_FREEZE"
+GC_FREEZE_ENV_VAR = _setting(
+    "TRAINYARD_GC_FREEZE", "1",
+    "0 stops workers freezing their start-up heap (gc.freeze) before train_func.")
 
 # Seconds a worker may take to answer a poll before it counts as unhealthy.
-HEALTH_CHECK_TIMEOUT_ENV_VAR = "TRAINYARD_HEALTH_CHECK_TIMEOUT_S"
 DEFAULT_HEALTH_CHECK_TIMEOUT_S = 60.0
+HEALTH_CHECK_TIMEOUT_ENV_VAR = _setting(
+    "TRAINYARD_HEALTH_CHECK_TIMEOUT_S", DEFAULT_HEALTH_CHECK_TIMEOUT_S,
+    "Seconds a worker may take to answer a poll before it counts as unhealthy.")
 
 # Seconds finished workers get to exit on their own before they are killed.
 GRACEFUL_EXIT_TIMEOUT_S = 2.0
@@ -49,7 +116,9 @@ MODEL_CARD_FILE = "model_card.json"
 
 # Driver-side loggers. result.json and progress.csv are written for every fit() unless
 # this is set to 1 (callbacks passed in RunConfig(callbacks=...) still run).
-DISABLE_DEFAULT_LOGGERS_ENV_VAR = "TRAINYARD_DISABLE_DEFAULT_LOGGERS"
+DISABLE_DEFAULT_LOGGERS_ENV_VAR = _setting(
+    "TRAINYARD_DISABLE_DEFAULT_LOGGERS", "0",
+    "1 stops fit() writing result.json and progress.csv (RunConfig callbacks still run).")
 RESULT_JSON_FILE = "result.json"
 PROGRESS_CSV_FILE = "progress.csv"
 PARAMS_JSON_FILE = "params.json"
@@ -58,6 +127,9 @@ PARAMS_JSON_FILE = "params.json"
 LOGGER_REMOTE_FLUSH_PERIOD_S = 60.0
 # Where Result.plot() writes its PNG when no path is given (inside the run directory).
 PLOT_FILE = "learning_curve.png"
+
+# RunConfig(metrics_reduce={"loss": "mean"}): how a metric may be reduced across ranks.
+METRICS_REDUCE_OPS = ("mean", "sum", "min", "max")
 
 # The fields every report gets from the engine (the seed's result.metrics listing).
 AUTOMATIC_FIELDS = (
@@ -71,11 +143,78 @@ DEFAULT_PREDICT_BATCH_SIZE = 4096
 # Batch prediction: the block size Ray Data aims for when BatchPredictor reads Parquet or
 # CSV paths itself. Ray's default (128 MiB) packs a file's row groups into a few big
 # blocks, and one block goes to one actor: small blocks keep every actor of the pool busy.
-PREDICT_READ_BLOCK_BYTES_ENV_VAR = "TRAINYARD_PREDICT_READ_BLOCK_BYTES"
 DEFAULT_PREDICT_READ_BLOCK_BYTES = 8 * 2 ** 20
+PREDICT_READ_BLOCK_BYTES_ENV_VAR = _setting(
+    "TRAINYARD_PREDICT_READ_BLOCK_BYTES", DEFAULT_PREDICT_READ_BLOCK_BYTES,
+    "Block size (bytes) BatchPredictor asks Ray Data for when it reads Parquet or CSV "
+    "paths.", default_text=f"`{DEFAULT_PREDICT_READ_BLOCK_BYTES}` (8 MiB)")
 
 # RLlib (engine.rllib): RLlib imports TensorFlow whenever it is installed, which costs
 # seconds per process. With a torch algorithm, the RLTrainer's worker process skips that
 # import (RLlib's RLLIB_TEST_NO_TF_IMPORT switch, set in that process only) unless this
 # is set to 0. RLlib's own env-runner processes are left as they are.
-RLLIB_SKIP_TF_IMPORT_ENV_VAR = "TRAINYARD_RLLIB_SKIP_TF_IMPORT"
+RLLIB_SKIP_TF_IMPORT_ENV_VAR = _setting(
+    "TRAINYARD_RLLIB_SKIP_TF_IMPORT", "1",
+    "0 lets an RLTrainer worker with a torch algorithm import TensorFlow as RLlib does.")
+
+
+# --- storage (engine/_internal/storage.py) ---------------------------------------------
+# An object store that stalls (a network blip, a server restarting, throttling) must not
+# fail a run that would go on a few seconds later: remote operations are retried with
+# backoff while their error looks transient, for up to this many seconds.
+DEFAULT_STORAGE_RETRY_S = 120.0
+STORAGE_RETRY_ENV_VAR = _setting(
+    "TRAINYARD_STORAGE_RETRY_S", DEFAULT_STORAGE_RETRY_S,
+    "Seconds a remote storage operation is retried on transient errors (network, "
+    "throttling, 5xx).")
+MEMORY_STORAGE_ROOT_ENV_VAR = _setting(
+    "TRAINYARD_MEMORY_STORAGE_ROOT", None,
+    "The local directory behind memory:// storage (shared by the processes of a machine).",
+    default_text="`/dev/shm/trainyard-memory`, else the temp directory")
+
+# --- frameworks ---------------------------------------------------------------------------
+# Hugging Face workers: relative paths (a TrainingArguments output_dir …) land in one
+# directory per run on each node, shared by that node's ranks.
+HF_SCRATCH_DIR_ENV_VAR = _setting(
+    "TRAINYARD_HF_SCRATCH_DIR", None,
+    "Where Hugging Face workers run, one directory per run: their relative paths land "
+    "there.", default_text="the temp directory's `trainyard/`")
+# Torch GPU workers: set by the engine in each worker (not by users), the index of the
+# worker's own GPU among the CUDA_VISIBLE_DEVICES it sees.
+OWN_GPU_INDEX_ENV_VAR = _setting(
+    "TRAINYARD_OWN_GPU_INDEX", None,
+    "Set by the engine in each torch GPU worker: its own GPU's index among "
+    "CUDA_VISIBLE_DEVICES.", scope="internal")
+
+# --- orchestration, build and tests (read outside engine/) --------------------------------
+AIRFLOW_PIPELINES_ENV_VAR = _setting(
+    "TRAINYARD_AIRFLOW_PIPELINES", "digits",
+    "Comma-separated pipelines that get a retrain and a batch-predict Airflow DAG.",
+    scope="Airflow")
+RETRAIN_SCHEDULE_ENV_VAR = _setting(
+    "TRAINYARD_RETRAIN_SCHEDULE", "0 3 * * 1",
+    "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC).", scope="Airflow")
+WHEEL_CACHE_ENV_VAR = _setting(
+    "TRAINYARD_WHEEL_CACHE", "~/.cache/trainyard/wheels",
+    "Where scripts/install_horovod.sh keeps the Horovod wheel it builds.", scope="build")
+LOAD_FITS_ENV_VAR = _setting(
+    "TRAINYARD_LOAD_FITS", 100,
+    "fit() calls of tests/reliability/test_load.py (lower it for a quick local run).",
+    scope="tests")
+
+
+# --- the README table ----------------------------------------------------------------------
+def _shown_default(setting: Setting) -> str:
+    if setting.default_text:
+        return setting.default_text
+    return "unset" if setting.default is None else f"`{setting.default}`"
+
+
+def settings_table(settings: Optional[List[Setting]] = None) -> str:
+    """The settings as a Markdown table (the README's "Settings" section)."""
+    rows = ["| Variable | Default | Read by | What it does |", "|---|---|---|---|"]
+    for s in settings if settings is not None else SETTINGS.values():
+        text = s.description.replace("|", "\\|")
+        rows.append(f"| `{s.name}` | {_shown_default(s)} | {s.scope} | {text} |")
+    return "\n".join(rows) + "\n"
+

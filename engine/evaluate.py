@@ -25,11 +25,14 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from engine._internal import batches as _batches
+from engine._internal.batch_predictor import BatchPredictor
 from engine._internal.metrics import (CLASSIFICATION_METRICS, CONFUSION_MATRIX_FILE,
                                       REGRESSION_METRICS, TASKS, MetricSpec,
                                       classification_metrics, infer_task,
                                       regression_metrics, write_confusion_matrix)
 from engine.exceptions import ConfigError
+from engine.predictor import DEFAULT_BATCH_SIZE, get_predictor_class, required_columns
 
 
 def evaluate(checkpoint: Any, dataset: Any, label_column: Optional[str] = None,
@@ -66,8 +69,6 @@ def evaluate(checkpoint: Any, dataset: Any, label_column: Optional[str] = None,
         ConfigError: no label column, an unknown metric or task.
         MissingColumnsError: the dataset lacks the label or a feature column.
     """
-    from engine.predict import BatchPredictor, get_predictor_class
-
     card = checkpoint.get_model_card() or {}
     label = label_column or card.get("label_column")
     if not label:
@@ -94,9 +95,6 @@ def _score(batch_predictor: Any, dataset: Any, label: str,
            feature_columns: Optional[Sequence[str]], batch_size: Optional[int],
            num_workers: int) -> Tuple[np.ndarray, np.ndarray]:
     """``(labels, predictions)`` as numpy arrays, in the same row order."""
-    from engine._internal import batches as _batches
-    from engine.predict import DEFAULT_BATCH_SIZE
-
     if _batches.is_dataframe(dataset) or isinstance(dataset, dict):
         return _score_in_process(batch_predictor, dataset, label, feature_columns)
     out = batch_predictor.predict(dataset, batch_size=batch_size or DEFAULT_BATCH_SIZE,
@@ -114,9 +112,6 @@ def _score(batch_predictor: Any, dataset: Any, label: str,
 def _score_in_process(batch_predictor: Any, data: Any, label: str,
                       feature_columns: Optional[Sequence[str]]
                       ) -> Tuple[np.ndarray, np.ndarray]:
-    from engine._internal import batches as _batches
-    from engine.predict import required_columns
-
     available = _batches.column_names(data)
     bp = batch_predictor
     predictor = bp.predictor_cls.from_checkpoint(bp.checkpoint, **bp._actor_kwargs(False))

@@ -13,6 +13,9 @@ checkpoint then holds the fitted preprocessor. Built-in preprocessors are stored
 (``preprocessor.json``: loading it runs no code); a custom subclass is pickled
 (``preprocessor.pkl``), so load such a checkpoint only if you trust it.
 
+:func:`save_preprocessor` and :func:`load_preprocessor` put a fitted preprocessor into a
+checkpoint directory and read it back (``Checkpoint.get_preprocessor()`` uses the latter).
+
 A custom preprocessor subclasses :class:`Preprocessor` and implements ``_fit`` (skip it
 for a stateless transform: set ``_is_fittable = False``) and ``transform_batch``.
 """
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import json
 import pickle
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from engine.exceptions import ConfigError
+from engine._internal.storage import Storage, join
+from engine.exceptions import CheckpointError, ConfigError
 
 JSON_FILE = "preprocessor.json"
 PICKLE_FILE = "preprocessor.pkl"
@@ -284,6 +288,42 @@ def loads(name: str, data: bytes) -> Preprocessor:
     return pickle.loads(data)
 
 
+# --- in a checkpoint directory -------------------------------------------------------
+def save_preprocessor(storage: Storage, checkpoint_dir_path: str, preprocessor: Optional[Any]
+                      ) -> Optional[str]:
+    """Write ``preprocessor`` into a checkpoint directory in ``storage``.
+
+    Returns the file name written (``preprocessor.json`` for built-ins, ``.pkl``
+    otherwise), or None when there is no preprocessor or the checkpoint already holds a
+    file of that name (one the training function wrote itself is kept).
+    """
+    if preprocessor is None:
+        return None
+    name, data = dumps(preprocessor)
+    path = join(checkpoint_dir_path, name)
+    if storage.exists(path):
+        return None
+    storage.write_bytes_atomic(path, data)
+    return name
+
+
+def load_preprocessor(storage: Storage, checkpoint_dir_path: str,
+                      allow_pickle: bool = True) -> Optional[Any]:
+    """The preprocessor saved in a checkpoint directory, or None (a ``.pkl`` one is
+    unpickled only with ``allow_pickle``: trusted checkpoints only)."""
+    for name in (JSON_FILE, PICKLE_FILE):
+        path = join(checkpoint_dir_path, name)
+        if storage.exists(path):
+            if name == PICKLE_FILE and not allow_pickle:
+                raise CheckpointError(
+                    f"The checkpoint {storage.display(checkpoint_dir_path)!r} holds a custom "
+                    f"preprocessor ({PICKLE_FILE}), a pickle: loading it runs code. If "
+                    "you trust this checkpoint pass allow_pickle=True (e.g. "
+                    "Predictor.from_checkpoint(ckpt, allow_pickle=True)).")
+            return loads(name, storage.read_bytes(path))
+    return None
+
+
 # --- helpers --------------------------------------------------------------------------
 def _is_pandas(obj: Any) -> bool:
     try:
@@ -301,4 +341,4 @@ def _column_names(ds: Any) -> List[str]:
 
 
 __all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler", "Chain",
-           "PreprocessorNotFittedError"]
+           "PreprocessorNotFittedError", "save_preprocessor", "load_preprocessor"]

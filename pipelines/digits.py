@@ -250,7 +250,7 @@ def make_trainer(config: Dict[str, Any], datasets: Dict[str, Any], scaling_confi
     prediction applies it too)."""
     import functools
 
-    from engine._internal.storage import resolve
+    from engine.storage import resolve
     from engine.preprocessors import MinMaxScaler
     from engine.torch import TorchTrainer
 

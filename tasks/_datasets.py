@@ -1,7 +1,9 @@
-"""Reading sources, writing Parquet data sets with a manifest, content fingerprints.
+"""Reading sources, writing Parquet data sets, content fingerprints.
 
-A data set directory is committed by its manifest (``_dataset.json``, the DatasetRef as
-JSON) written last; readers (pyarrow, Ray Data) skip names starting with ``_`` or ``.``.
+A data set directory is committed as checkpoints are, by ``Storage.commit_dir``: its
+commit marker (``constants.COMMIT_MARKER``) holds the DatasetRef as JSON, and a
+directory without one (a write cut short) is never used. Readers (pyarrow, Ray Data)
+skip names starting with ``_`` or ``.``.
 Data is streamed batch by batch: nothing is loaded whole except a split's row mask (one
 byte per row) and, for a stratified split, the stratify column.
 """
@@ -12,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -19,14 +22,15 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import numpy as np
 import pyarrow as pa
 
-from engine._internal import storage as _storage
 from engine.exceptions import ConfigError
-from tasks import _store
+from engine.storage import Storage, is_uri, join, redact, resolve
 from tasks.refs import DatasetRef
 
 logger = logging.getLogger("tasks")
 
-MANIFEST = "_dataset.json"
+# Data sets written before they committed through Storage.commit_dir carry their
+# reference here instead of in the commit marker; they are read as they are.
+LEGACY_MANIFEST = "_dataset.json"
 ROWS_PER_FILE = 1_000_000
 BATCH_ROWS = 65_536
 # scikit-learn's bundled data sets (no download): name -> loader in sklearn.datasets.
@@ -61,7 +65,7 @@ def open_source(source: str, format: Optional[str] = None) -> Source:
     if source.startswith("sklearn:"):
         raise ConfigError(f"Unknown built-in data set {source!r}: use one of "
                           f"{['sklearn:' + n for n in sorted(BUILTIN_SOURCES)]}.")
-    if not _storage.is_uri(source) and not os.path.isabs(os.path.expanduser(source)):
+    if not is_uri(source) and not os.path.isabs(os.path.expanduser(source)):
         raise ConfigError(
             f"ingest(source={source!r}) is neither a built-in data set "
             f"({', '.join(sorted(BUILTIN_SOURCES))}) nor an absolute path or URI: pass "
@@ -85,9 +89,9 @@ def _builtin(name: str) -> Source:
 def _files(source: str, format: Optional[str]) -> Source:
     import pyarrow.dataset as pds
 
-    shown = _store.display(source)
-    fs, inner = _storage.resolve(source if _storage.is_uri(source)
-                                 else os.path.abspath(os.path.expanduser(source)))
+    shown = redact(source)
+    fs, inner = resolve(source if is_uri(source)
+                        else os.path.abspath(os.path.expanduser(source)))
     paths = data_files(fs, inner)
     if not paths:
         raise ConfigError(f"ingest: {shown!r} does not exist or holds no data files.")
@@ -137,7 +141,7 @@ def scan(ref: DatasetRef, columns: Optional[List[str]] = None) -> Iterator[pa.Re
     """The batches of a data set, in file order."""
     import pyarrow.dataset as pds
 
-    fs, inner = _storage.resolve(ref.uri)
+    fs, inner = resolve(ref.uri)
     paths = data_files(fs, inner)
     if not paths:
         raise ConfigError(f"Data set {ref.uri!r} holds no data files (was it deleted?).")
@@ -199,7 +203,7 @@ class ParquetSink:
     """Writes batches as ``part-00000.parquet``… (``ROWS_PER_FILE`` rows each) under a
     directory, fingerprinting them on the way."""
 
-    def __init__(self, st: _storage.Storage, directory: str, schema: pa.Schema) -> None:
+    def __init__(self, st: Storage, directory: str, schema: pa.Schema) -> None:
         self.st, self.directory, self.schema = st, directory, schema
         self.fingerprint = Fingerprint(schema)
         self._writer: Any = None
@@ -222,7 +226,7 @@ class ParquetSink:
 
         self._close_file()
         self.st.makedirs(self.directory)
-        path = _storage.join(self.directory, f"part-{self._files:05d}.parquet")
+        path = join(self.directory, f"part-{self._files:05d}.parquet")
         self._stream = self.st.fs.open_output_stream(path)
         self._writer = pq.ParquetWriter(self._stream, self.schema)
         self._files += 1
@@ -247,49 +251,40 @@ def schema_dict(schema: pa.Schema) -> Dict[str, str]:
     return {f.name: str(f.type) for f in schema}
 
 
-def staging_dir(st: _storage.Storage, parent: str) -> str:
-    return _storage.join(parent, f".staging-{uuid.uuid4().hex[:12]}")
+def staging_dir(st: Storage, parent: str) -> str:
+    return join(parent, f".staging-{uuid.uuid4().hex[:12]}")
 
 
-def load_manifest(st: _storage.Storage, directory: str) -> Optional[DatasetRef]:
-    data = st.read_json(_storage.join(directory, MANIFEST))
+def load_manifest(st: Storage, directory: str) -> Optional[DatasetRef]:
+    """The reference of the data set committed at ``directory``, or None if there is
+    none (nothing there, or a write cut short)."""
+    marker = st.read_commit_marker(directory)
+    data = marker.get("dataset") if marker is not None else None
+    if data is None:
+        # Written by trainyard before data sets used the common commit: the manifest
+        # was their commit (in place before the rename, or written last on S3).
+        data = st.read_json(join(directory, LEGACY_MANIFEST))
     if data is None:
         return None
     ref = DatasetRef.from_dict(data)
-    ref.uri = st.display(directory)  # where it is now (the manifest may have moved)
+    ref.uri = st.display(directory)  # where it is now (the data set may have moved)
     return ref
 
 
-def commit(st: _storage.Storage, staging: str, final: str, ref: DatasetRef) -> DatasetRef:
-    """Make ``staging`` the data set at ``final``; if a committed copy is there already
-    (the same content: the name holds the fingerprint), keep that one.
-
-    On a local disk the manifest goes into the staging directory, which is then renamed
-    into place: the data set appears whole or not at all, and of two writers racing for
-    the same content one wins the rename and the other keeps the winner's copy. On an
-    object store the files are copied first (the same content gives the same files, so
-    racing writers agree) and the manifest is written last."""
+def commit(st: Storage, staging: str, final: str, ref: DatasetRef) -> DatasetRef:
+    """Make ``staging`` the data set at ``final`` (``Storage.commit_dir``, its reference
+    in the commit marker); if a committed copy is there already (the same content: the
+    name holds the fingerprint), keep that one and drop ``staging``."""
     existing = load_manifest(st, final)
     if existing is not None:
         st.delete_dir(staging)
         return existing
     ref.uri = st.display(final)
-    if not st.local:
-        st.move(staging, final)
-        st.write_json_atomic(_storage.join(final, MANIFEST), ref.to_dict())
-        return ref
-    st.write_json_atomic(_storage.join(staging, MANIFEST), ref.to_dict())
-    try:
-        os.replace(staging, final)
-    except OSError:  # ``final`` exists: another writer's copy, or debris without manifest
-        existing = load_manifest(st, final)
-        if existing is not None:
-            st.delete_dir(staging)
-            return existing
-        st.delete_dir(final)
-        os.replace(staging, final)
-    st.fsync_dir(os.path.dirname(final))
-    return ref
+    marker = st.commit_dir(staging, final, {"dataset": ref.to_dict(),
+                                            "committed_at": time.time()})
+    winner = DatasetRef.from_dict(marker["dataset"])
+    winner.uri = ref.uri
+    return winner
 
 
 # --- splitting --------------------------------------------------------------------------

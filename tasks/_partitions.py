@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from engine._internal import storage as _storage
+from engine import storage as _storage
 from engine.exceptions import ConfigError
 from tasks import _datasets, _store
 from tasks._window import Window, make_window, to_datetime
@@ -255,13 +255,14 @@ def ingest_partitioned(source: str, *, storage: Optional[str], name: Optional[st
                        partition_filter: Any = None, window: Any = None, since: Any = None,
                        until: Any = None, incremental: bool = False) -> DatasetRef:
     """``tasks.core.ingest`` of a Hive-partitioned Parquet directory (module docstring)."""
-    shown = _store.display(source)
+    shown = _storage.redact(source)
     fs, inner = source_filesystem(source)
     keys, parts = discover(fs, inner, shown)
     win = make_window(window, since, until, keys, shown)
     selected = select(parts, keys, partition_filter, win, shown)
-    st, parent = _store.open_dir(_store.sub(_store.storage_root(storage),
-                                            _store.DATASETS_DIR))
+    st = _storage.Storage.from_path(_store.sub(_storage.default_root(storage),
+                                               _store.DATASETS_DIR))
+    parent = st.root
     state = SourceState(st, parent, shown)
     known = {p.key: state.known(p) for p in selected} if incremental else {}
     footers = {p.key: decode_schema(known[p.key]["file_schema"]) if known.get(p.key)

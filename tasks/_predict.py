@@ -7,8 +7,8 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from engine._internal import storage as _storage
 from engine.exceptions import ConfigError
+from engine.storage import Storage, join
 from tasks._datasets import BATCH_ROWS, Fingerprint, data_files, schema_dict
 from tasks.refs import CheckpointRef, DatasetRef
 
@@ -30,7 +30,7 @@ def engine_checkpoint(ckpt: CheckpointRef) -> Any:
     from engine.exceptions import CheckpointError
 
     checkpoint = Checkpoint(ckpt.uri)
-    if checkpoint.get_model_card() is None and not _storage.Storage(
+    if checkpoint.get_model_card() is None and not Storage(
             checkpoint.filesystem, checkpoint.path).exists(checkpoint.path):
         raise CheckpointError(f"Checkpoint {ckpt.uri!r} does not exist (deleted by "
                               "retention, or storage moved?).")
@@ -100,5 +100,5 @@ def score_in_process(checkpoint: Any, df: Any, keep: Any, kwargs: Dict[str, Any]
                       else pa.array(v) for k, v in out.items()})
     st.delete_dir(inner)  # replaced, as the actor pool's write does
     st.makedirs(inner)
-    with st.fs.open_output_stream(_storage.join(inner, "part-00000.parquet")) as f:
+    with st.fs.open_output_stream(join(inner, "part-00000.parquet")) as f:
         pq.write_table(table, f)

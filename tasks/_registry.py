@@ -18,8 +18,8 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine._internal import storage as _storage
 from engine.exceptions import ConfigError
+from engine.storage import Storage, default_root, join, redact
 from tasks import _store
 from tasks.refs import CheckpointRef, Promotion
 
@@ -85,8 +85,8 @@ def check_gate(conditions: List[Tuple[str, str, float]], metrics: Dict[str, Any]
 
 def registry_root(registry: Optional[str], storage: Optional[str]) -> str:
     if registry:
-        return _store.storage_root(registry)
-    return _store.sub(_store.storage_root(storage), _store.MODELS_DIR)
+        return default_root(registry)
+    return _store.sub(default_root(storage), _store.MODELS_DIR)
 
 
 def pointer_uri(root: str, pipeline: str, alias: str) -> str:
@@ -94,8 +94,8 @@ def pointer_uri(root: str, pipeline: str, alias: str) -> str:
 
 
 def read_pointer(root: str, pipeline: str, alias: str) -> Optional[Dict[str, Any]]:
-    st, inner = _store.open_dir(pointer_uri(root, pipeline, alias))
-    return st.read_json(inner)
+    st = Storage.from_path(pointer_uri(root, pipeline, alias))
+    return st.read_json(st.root)
 
 
 def decide(checkpoint: CheckpointRef, metrics: Dict[str, Any], alias: str,
@@ -115,26 +115,27 @@ def decide(checkpoint: CheckpointRef, metrics: Dict[str, Any], alias: str,
               "checkpoint": checkpoint.to_dict(), "metrics": scalar_metrics(metrics),
               "gate": dict(gate or {}), "reasons": reasons,
               "previous": previous.to_dict() if previous else None}
-    st, inner = _store.open_dir(entry_uri)
-    st.write_json_atomic(inner, record)
+    st = Storage.from_path(entry_uri)
+    st.write_json_atomic(st.root, record)
     pointer = pointer_uri(root, pipeline, alias)
     if passed:
-        record = dict(record, entry=_store.display(entry_uri))
-        pst, pinner = _store.open_dir(pointer)
-        pst.write_json_atomic(pinner, record)
+        record = dict(record, entry=redact(entry_uri))
+        pst = Storage.from_path(pointer)
+        pst.write_json_atomic(pst.root, record)
     return Promotion(promoted=passed, alias=alias, pipeline=pipeline, checkpoint=checkpoint,
-                     reasons=reasons, pointer_uri=_store.display(pointer),
-                     entry_uri=_store.display(entry_uri), previous=previous)
+                     reasons=reasons, pointer_uri=redact(pointer),
+                     entry_uri=redact(entry_uri), previous=previous)
 
 
 def history(root: str, pipeline: str, alias: str) -> List[Dict[str, Any]]:
     """Every decision for an alias, oldest first."""
     directory = _store.sub(root, _store.clean_name(pipeline, "pipeline"), HISTORY_DIR, alias)
-    st, inner = _store.open_dir(directory)
+    st = Storage.from_path(directory)
+    inner = st.root
     out = []
     for name in st.list_dir(inner):
         if name.endswith(".json") and not name.startswith("."):
-            data = st.read_json(_storage.join(inner, name))
+            data = st.read_json(join(inner, name))
             if data is not None:
                 out.append(data)
     return sorted(out, key=lambda d: d.get("decided_at", 0))

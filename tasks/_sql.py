@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pyarrow as pa
 
 from engine.exceptions import ConfigError, TrainyardError
+from engine.storage import Storage, default_root
 from tasks import _datasets, _store
 from tasks.refs import DatasetRef
 
@@ -318,8 +319,8 @@ def ingest_sql(source: Optional[str], *, sql: Optional[str], connection: Optiona
 def _write(factory: _Connect, shards: List[str], schema: pa.Schema, name: str,
            storage: Optional[str], metadata: Dict[str, Any], url: Any) -> DatasetRef:
     """Read the shards with Ray Data, in order, into a committed Parquet data set."""
-    st, parent = _store.open_dir(_store.sub(_store.storage_root(storage),
-                                            _store.DATASETS_DIR))
+    st = Storage.from_path(_store.sub(default_root(storage), _store.DATASETS_DIR))
+    parent = st.root
     staging = _datasets.staging_dir(st, parent)
     sink = _datasets.ParquetSink(st, staging, schema)
     try:

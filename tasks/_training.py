@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
 from engine.exceptions import ConfigError
+from engine.storage import default_root, redact
 from tasks import _store
 from tasks.refs import CheckpointRef, DatasetRef
 
@@ -65,7 +66,7 @@ class RunSettings:
 
         return RunConfig(
             name=name or self.name,
-            storage_path=_store.sub(_store.storage_root(self.storage), _store.RUNS_DIR),
+            storage_path=_store.sub(default_root(self.storage), _store.RUNS_DIR),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=self.num_to_keep, checkpoint_score_attribute=spec.metric,
                 checkpoint_score_order=spec.mode),
@@ -140,7 +141,7 @@ def checkpoint_ref(spec: Any, result: Any, config: Dict[str, Any],
         config=json_safe(config), run_name=result.path.rstrip("/").rsplit("/", 1)[-1],
         created_at=time.time(), data_fingerprint=refs["train"].fingerprint,
         pipeline=spec.name, run_uri=result.path,
-        storage=_store.display(_store.storage_root(storage)), data_uri=refs["train"].uri)
+        storage=redact(default_root(storage)), data_uri=refs["train"].uri)
 
 
 def parse_param_space(space: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -107,9 +107,9 @@ def xcom_uri(uri: Optional[str]) -> Optional[str]:
     """``uri`` as it may go into XCom: without credentials or an endpoint query (XCom is
     stored in the metadata database and shown in the UI). Tasks that receive it get the
     full URI back from :func:`full_uri`."""
-    from tasks._store import display
+    from engine.storage import redact
 
-    return display(uri) if isinstance(uri, str) else uri
+    return redact(uri) if isinstance(uri, str) else uri
 
 
 def full_uri(uri: Optional[str]) -> Optional[str]:
@@ -117,7 +117,8 @@ def full_uri(uri: Optional[str]) -> Optional[str]:
     is under, the DAG run's ``storage``/``output`` param or ``$TRAINYARD_STORAGE_PATH``,
     that one with its credentials and endpoint; otherwise ``uri`` as it is."""
     from engine import constants
-    from tasks._store import display, sub
+    from engine.storage import redact
+    from tasks._store import sub
 
     if not isinstance(uri, str) or "://" not in uri or "?" in uri or "@" in uri:
         return uri
@@ -130,7 +131,7 @@ def full_uri(uri: Optional[str]) -> Optional[str]:
     for full in candidates:
         if not isinstance(full, str) or "://" not in full:
             continue
-        shown = display(full).rstrip("/")
+        shown = redact(full).rstrip("/")
         if uri.rstrip("/") == shown:
             return full
         if uri.startswith(shown + "/"):

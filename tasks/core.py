@@ -22,8 +22,8 @@ import logging
 import time
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from engine._internal import storage as _storage
 from engine.exceptions import ConfigError, TrainyardError
+from engine.storage import Storage, default_root, join, redact
 from tasks import _datasets, _predict, _registry, _store, _training
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
@@ -110,8 +110,8 @@ def ingest(source: Optional[str] = None, format: Optional[str] = None, *,
         return routed
     src = _datasets.open_source(source, format)
     name = _store.clean_name(name or src.name, "data set name")
-    st, parent = _store.open_dir(_store.sub(_store.storage_root(storage),
-                                            _store.DATASETS_DIR))
+    st = Storage.from_path(_store.sub(default_root(storage), _store.DATASETS_DIR))
+    parent = st.root
     staging = _datasets.staging_dir(st, parent)
     sink = _datasets.ParquetSink(st, staging, src.schema)
     try:
@@ -121,7 +121,7 @@ def ingest(source: Optional[str] = None, format: Optional[str] = None, *,
     except BaseException:
         st.delete_dir(staging)
         raise
-    final = _storage.join(parent, f"{name}-{fp[:12]}")
+    final = join(parent, f"{name}-{fp[:12]}")
     ref = DatasetRef(uri=st.display(final), format="parquet", num_rows=num_rows,
                      schema=_datasets.schema_dict(src.schema), fingerprint=fp, name=name,
                      metadata=dict(src.metadata))
@@ -151,10 +151,11 @@ def split(dataset: DatasetLike, test_size: float = 0.2, seed: int = 0,
     if stratify_column is not None and stratify_column not in ref.schema:
         raise ConfigError(f"split(stratify_column={stratify_column!r}): the data set has no "
                           f"such column (it has {ref.columns}).")
-    st, inner = _store.open_dir(ref.uri)
+    st = Storage.from_path(ref.uri)
+    inner = st.root
     tag = f"-by-{_store.clean_name(stratify_column)}" if stratify_column else ""
     out_dir = f"{inner.rstrip('/')}-split-s{int(seed)}-t{test_size:g}{tag}"
-    outputs = {k: _storage.join(out_dir, k) for k in ("train", "validation")}
+    outputs = {k: join(out_dir, k) for k in ("train", "validation")}
     done = {k: _datasets.load_manifest(st, p) for k, p in outputs.items()}
     if all(d is not None and d.metadata.get("parent") == ref.fingerprint
            for d in done.values()):
@@ -290,9 +291,9 @@ def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
                              **spec.predictor_kwargs(ckpt.config))
     report = _training.json_safe(report)
     report.update(checkpoint_uri=ckpt.uri, dataset_fingerprint=ref.fingerprint,
-                  metrics_uri=_store.display(_store.sub(out, "metrics.json")))
-    st, inner = _store.open_dir(_store.sub(out, "metrics.json"))
-    st.write_json_atomic(inner, report)
+                  metrics_uri=redact(_store.sub(out, "metrics.json")))
+    st = Storage.from_path(_store.sub(out, "metrics.json"))
+    st.write_json_atomic(st.root, report)
     return report
 
 
@@ -331,10 +332,11 @@ def batch_predict(checkpoint: CheckpointLike, dataset: DatasetLike,
     keep = list(keep_columns) if keep_columns is not None else [
         c for c in ref.schema if c not in features]
     out = output or _store.sub(
-        _store.storage_root(ckpt.storage), _store.PREDICTIONS_DIR,
+        default_root(ckpt.storage), _store.PREDICTIONS_DIR,
         f"{ckpt.run_name or spec.name}-{ckpt.uri.rstrip('/').rsplit('/', 1)[-1]}",
         ref.fingerprint[:12])
-    st, inner = _store.open_dir(out)
+    st = Storage.from_path(out)
+    inner = st.root
     kwargs = spec.predictor_kwargs(ckpt.config)
     label = spec.task == "classification"
     if in_process is None:

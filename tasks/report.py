@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional
 
 from engine import constants
-from engine._internal import storage as _storage
+from engine.storage import Storage, default_root, join
 from tasks import _store
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
@@ -25,7 +25,7 @@ _SHOWN_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss"
 
 
 def report_dir(storage: Optional[str], pipeline: str, run_id: str) -> str:
-    return _store.sub(_store.storage_root(storage), _store.REPORTS_DIR,
+    return _store.sub(default_root(storage), _store.REPORTS_DIR,
                       _store.clean_name(f"{pipeline}-{run_id}", "report name"))
 
 
@@ -58,26 +58,26 @@ def write_report(directory: str, summary: Mapping[str, Any], checkpoint: Checkpo
                  metrics: Mapping[str, Any], tuned: Optional[TuneRef] = None) -> str:
     """Write ``report.md``, its PNGs and ``summary.json`` into ``directory``; return the
     report's location."""
-    st, root = _store.open_dir(directory)
+    st = Storage.from_path(directory)
+    root = st.root
     images = {}
     curve = _store.sub(checkpoint.run_uri or "", constants.PLOT_FILE) \
         if checkpoint.run_uri else None
     for name, src in (("learning_curve.png", curve),
                       ("confusion_matrix.png", metrics.get("confusion_matrix_path"))):
-        if src and _copy(src, st, _storage.join(root, name)):
+        if src and _copy(src, st, join(root, name)):
             images[name] = name
-    st.write_json_atomic(_storage.join(root, SUMMARY_FILE), dict(summary))
+    st.write_json_atomic(join(root, SUMMARY_FILE), dict(summary))
     text = _markdown(summary, metrics, tuned, images)
-    st.write_bytes_atomic(_storage.join(root, REPORT_FILE), text.encode("utf-8"))
-    return st.display(_storage.join(root, REPORT_FILE))
+    st.write_bytes_atomic(join(root, REPORT_FILE), text.encode("utf-8"))
+    return st.display(join(root, REPORT_FILE))
 
 
 def _copy(src: str, st: Any, dest: str) -> bool:
-    fs, inner = _storage.resolve(src)
-    source = _storage.Storage(fs, inner)
-    if not source.exists(inner):
+    source = Storage.from_path(src)
+    if not source.exists(source.root):
         return False
-    st.write_bytes_atomic(dest, source.read_bytes(inner))
+    st.write_bytes_atomic(dest, source.read_bytes(source.root))
     return True
 
 

@@ -11,7 +11,7 @@ import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
-from engine._internal import storage as _storage
+from engine.storage import Storage, default_root, join, redact
 from tasks import _store
 
 TUNER_STATE_FILE = "tuner_state.json"
@@ -24,9 +24,10 @@ class RunNotFoundError(LookupError):
         return str(self.args[0])
 
 
-def _roots(storage: Optional[str]) -> List[Tuple[_storage.Storage, str]]:
-    root = _store.storage_root(storage)
-    return [_store.open_dir(_store.sub(root, _store.RUNS_DIR)), _store.open_dir(root)]
+def _roots(storage: Optional[str]) -> List[Tuple[Storage, str]]:
+    root = default_root(storage)
+    roots = (Storage.from_path(_store.sub(root, _store.RUNS_DIR)), Storage.from_path(root))
+    return [(st, st.root) for st in roots]
 
 
 def list_runs(storage: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -34,7 +35,7 @@ def list_runs(storage: Optional[str] = None) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     for st, parent in _roots(storage):
         for name in st.list_dir(parent):
-            summary = _summary(st, _storage.join(parent, name), name)
+            summary = _summary(st, join(parent, name), name)
             if summary is not None:
                 out.append(summary)
     return sorted(out, key=lambda r: r.get("updated_at") or 0, reverse=True)
@@ -48,14 +49,14 @@ def show_run(name: str, storage: Optional[str] = None) -> Dict[str, Any]:
         RunNotFoundError: no run of that name (the message lists some that exist).
     """
     for st, parent in _roots(storage):
-        path = _storage.join(parent, name)
+        path = join(parent, name)
         summary = _summary(st, path, name)
         if summary is None:
             continue
         if summary["kind"] == "tune":
             summary["trials"] = _trials(st, path, summary)
             return summary
-        data = st.read_json(_storage.join(path, constants.RUN_STATE_FILE)) or {}
+        data = st.read_json(join(path, constants.RUN_STATE_FILE)) or {}
         summary.update(
             config=data.get("config"), error=data.get("error"),
             last_restore=data.get("last_restore"),
@@ -65,13 +66,13 @@ def show_run(name: str, storage: Optional[str] = None) -> Dict[str, Any]:
                          for c in (data.get("checkpoints") or {}).get("checkpoints", [])])
         return summary
     known = [r["name"] for r in list_runs(storage)][:10]
-    raise RunNotFoundError(f"No run {name!r} under {_store.display(_store.storage_root(storage))}"
+    raise RunNotFoundError(f"No run {name!r} under {redact(default_root(storage))}"
                            f" (runs there: {known or 'none'}); pass --storage to look "
                            "elsewhere.")
 
 
-def _summary(st: _storage.Storage, path: str, name: str) -> Optional[Dict[str, Any]]:
-    data = st.read_json(_storage.join(path, constants.RUN_STATE_FILE))
+def _summary(st: Storage, path: str, name: str) -> Optional[Dict[str, Any]]:
+    data = st.read_json(join(path, constants.RUN_STATE_FILE))
     if data is not None:
         metric, mode = _metric_of(st, path, data)
         history = data.get("history") or []
@@ -81,13 +82,13 @@ def _summary(st: _storage.Storage, path: str, name: str) -> Optional[Dict[str, A
                 "metric": metric, "mode": mode, "best": _best(history, metric, mode),
                 "failures": data.get("failures", 0), "restores": data.get("restores", 0),
                 "updated_at": data.get("updated_at") or data.get("created_at")}
-    tuner = st.read_json(_storage.join(path, TUNER_STATE_FILE))
+    tuner = st.read_json(join(path, TUNER_STATE_FILE))
     if tuner is None:
         return None
     trials = tuner.get("trials") or []
     statuses = sorted({t.get("status", "?") for t in trials})
     metric, mode = tuner.get("metric"), tuner.get("mode")
-    states = [st.read_json(_storage.join(path, t["dirname"], constants.RUN_STATE_FILE))
+    states = [st.read_json(join(path, t["dirname"], constants.RUN_STATE_FILE))
               for t in trials if t.get("dirname")]
     bests = [_best(s.get("history") or [], metric, mode) for s in states if s]
     bests = [b for b in bests if b is not None]
@@ -101,11 +102,11 @@ def _summary(st: _storage.Storage, path: str, name: str) -> Optional[Dict[str, A
             "updated_at": updated}
 
 
-def _trials(st: _storage.Storage, path: str, summary: Dict[str, Any]) -> List[Dict[str, Any]]:
-    tuner = st.read_json(_storage.join(path, TUNER_STATE_FILE)) or {}
+def _trials(st: Storage, path: str, summary: Dict[str, Any]) -> List[Dict[str, Any]]:
+    tuner = st.read_json(join(path, TUNER_STATE_FILE)) or {}
     rows = []
     for t in tuner.get("trials") or []:
-        state = st.read_json(_storage.join(path, t.get("dirname", ""),
+        state = st.read_json(join(path, t.get("dirname", ""),
                                            constants.RUN_STATE_FILE)) or {}
         history = state.get("history") or []
         params = {k.rsplit("/", 1)[-1]: v
@@ -118,11 +119,11 @@ def _trials(st: _storage.Storage, path: str, summary: Dict[str, Any]) -> List[Di
     return rows
 
 
-def _metric_of(st: _storage.Storage, path: str, data: Dict[str, Any]
+def _metric_of(st: Storage, path: str, data: Dict[str, Any]
                ) -> Tuple[Optional[str], Optional[str]]:
     """The pipeline metric of a run, from a checkpoint's model card."""
     for ckpt in reversed((data.get("checkpoints") or {}).get("checkpoints", [])):
-        card = st.read_json(_storage.join(path, ckpt["dir_name"], constants.MODEL_CARD_FILE))
+        card = st.read_json(join(path, ckpt["dir_name"], constants.MODEL_CARD_FILE))
         pipeline = ((card or {}).get("metadata") or {}).get("pipeline")
         if pipeline:
             try:

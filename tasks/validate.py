@@ -32,7 +32,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import pyarrow as pa
 
 from engine.exceptions import ConfigError
-from tasks import _datasets, _drift, _store
+from engine.storage import Storage, join, redact
+from tasks import _datasets, _drift
 from tasks.refs import DatasetRef, _check_json, _Ref
 
 logger = logging.getLogger("tasks")
@@ -234,8 +235,10 @@ def _reference(checks: Dict[str, Any], spec: Any, storage: Optional[str]
     if production is None:
         return None, ["no drift check: no production model yet"]
     data_uri = getattr(production, "data_uri", None)
-    st, inner = _store.open_dir(data_uri) if data_uri else (None, "")
-    found = _datasets.load_manifest(st, inner) if st is not None else None
+    found = None
+    if data_uri:
+        st = Storage.from_path(data_uri)
+        found = _datasets.load_manifest(st, st.root)
     if found is None:
         return None, [f"no drift check: the training data of the production model "
                       f"({production.uri}) is not recorded or no longer exists"]
@@ -400,12 +403,10 @@ def _json_value(value: Any) -> Any:
 # --- report -----------------------------------------------------------------------------
 def write_report(report: ValidationReport, directory: str) -> str:
     """Write ``report.md`` and ``report.json`` under ``directory``; return its URI."""
-    st, inner = _store.open_dir(directory)
-    st.write_bytes_atomic(f"{inner.rstrip('/')}/{REPORT_MD}",
-                          markdown(report).encode("utf-8"))
-    shown = _store.display(directory)
-    st.write_json_atomic(f"{inner.rstrip('/')}/{REPORT_JSON}",
-                         {**report.to_dict(), "report_uri": shown})
+    st = Storage.from_path(directory)
+    st.write_bytes_atomic(join(st.root, REPORT_MD), markdown(report).encode("utf-8"))
+    shown = redact(directory)
+    st.write_json_atomic(join(st.root, REPORT_JSON), {**report.to_dict(), "report_uri": shown})
     return shown
 
 

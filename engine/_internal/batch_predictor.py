@@ -13,12 +13,14 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from engine import constants
+from engine import preprocessors as _pp
 from engine._internal import batches as _batches
+from engine._internal import storage as _storage
+from engine._internal.data import to_ray_dataset
+from engine._internal.ray_utils import ensure_ray
 from engine.checkpoint import Checkpoint
 from engine.exceptions import ConfigError
-
-# engine.predict imports this module at its end; importing it back happens inside the
-# functions (an actor unpickling _ScoringActor imports this module first).
+from engine.predictor import Predictor, get_predictor_class, required_columns
 
 logger = logging.getLogger("engine")
 
@@ -59,8 +61,6 @@ class BatchPredictor:
         if not isinstance(checkpoint, Checkpoint):
             raise ConfigError(f"BatchPredictor needs an engine.Checkpoint, got "
                               f"{type(checkpoint).__name__}.")
-        from engine.predict import Predictor, get_predictor_class
-
         self.checkpoint = checkpoint
         self.model_card = checkpoint.get_model_card()
         if predictor_cls is None:
@@ -109,8 +109,6 @@ class BatchPredictor:
             MissingColumnsError: the dataset lacks a column the checkpoint or the
                 arguments need (checked on the schema, before any actor starts).
         """
-        from engine._internal.ray_utils import ensure_ray
-
         if batch_size is not None and batch_size < 1 or num_workers < 1:
             raise ConfigError("batch_size and num_workers must be ≥ 1.")
         ensure_ray()
@@ -133,8 +131,6 @@ class BatchPredictor:
                       keep: List[str]) -> Optional[List[str]]:
         """Fail on missing columns from the dataset's schema; return the feature columns
         to give the actors (None: a custom preprocessor's output decides)."""
-        from engine.predict import required_columns
-
         schema = ds.schema()
         available = list(schema.names) if schema is not None else []
         preprocessor = self._driver_preprocessor()
@@ -152,9 +148,6 @@ class BatchPredictor:
     def _driver_preprocessor(self) -> Any:
         """The checkpoint's preprocessor if it is a built-in one (JSON: reading it runs no
         code); a custom (pickled) one is only loaded in the actors."""
-        from engine import preprocessors as _pp
-        from engine._internal import storage as _storage
-
         st = _storage.Storage(self.checkpoint.filesystem, self.checkpoint.path)
         if st.exists(_storage.join(self.checkpoint.path, _pp.PICKLE_FILE)):
             if not self.predictor_kwargs.get("allow_pickle"):
@@ -188,8 +181,6 @@ def _open_dataset(data: Any) -> Any:
     """``data`` as a Ray Dataset; Parquet/CSV paths are read into blocks of about
     ``DEFAULT_PREDICT_READ_BLOCK_BYTES`` (one block feeds one actor task, so Ray's
     128 MiB default leaves actors idle on a single large file)."""
-    from engine._internal.data import to_ray_dataset
-
     is_path = isinstance(data, (str, os.PathLike)) or (
         isinstance(data, (list, tuple)) and data
         and all(isinstance(p, (str, os.PathLike)) for p in data))
@@ -233,8 +224,6 @@ def _with_preserve_order(ds: Any) -> Any:
 
 def _write_parquet(ds: Any, output_uri: str) -> Any:
     from ray.data import SaveMode
-
-    from engine._internal import storage as _storage
 
     if not _storage.is_uri(output_uri):
         output_uri = os.path.abspath(os.path.expanduser(output_uri))

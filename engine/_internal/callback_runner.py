@@ -10,6 +10,7 @@ from engine import constants
 from engine._internal import trial as _trial
 from engine._internal.storage import scrub
 from engine._internal.trial import Trial
+from engine.callbacks.files import CSVLoggerCallback, JsonLoggerCallback
 
 logger = logging.getLogger("engine")
 
@@ -20,8 +21,6 @@ def default_callbacks(user_callbacks: Sequence[Any]) -> List[Any]:
     flag = os.environ.get(constants.DISABLE_DEFAULT_LOGGERS_ENV_VAR, "").strip().lower()
     if flag in ("1", "true", "yes"):
         return []
-    from engine._internal.loggers.run_files import CSVLoggerCallback, JsonLoggerCallback
-
     return [cls() for cls in (JsonLoggerCallback, CSVLoggerCallback)
             if not any(isinstance(cb, cls) for cb in user_callbacks)]
 

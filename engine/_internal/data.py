@@ -9,8 +9,6 @@
   nothing is loaded whole, and every worker gets the same number of rows (so DDP ranks
   run the same number of steps); the last ``count % n`` rows are dropped and the log
   says how many when the count is known without executing the dataset.
-- :func:`save_preprocessor` / :func:`load_preprocessor`: the fitted preprocessor as a
-  file of a checkpoint directory.
 """
 
 from __future__ import annotations
@@ -22,6 +20,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from engine.config import DataConfig
 from engine.exceptions import ConfigError
+from engine.preprocessors import Preprocessor
+# Their home is engine.preprocessors; the controller still imports them from here.
+from engine.preprocessors import load_preprocessor, save_preprocessor  # noqa: F401
 
 logger = logging.getLogger("engine")
 
@@ -181,8 +182,6 @@ def prepare_datasets(datasets: Dict[str, Any], preprocessor: Optional[Any] = Non
     is fitted already) and applied to every dataset (lazily, as ``map_batches``)."""
     if preprocessor is None:
         return dict(datasets)
-    from engine.preprocessors import Preprocessor
-
     if not isinstance(preprocessor, Preprocessor):
         raise ConfigError(
             f"preprocessor must be an engine.preprocessors.Preprocessor, got "
@@ -202,48 +201,6 @@ def prepare_datasets(datasets: Dict[str, Any], preprocessor: Optional[Any] = Non
         logger.info("Fitting %s on datasets['train'].", type(preprocessor).__name__)
         preprocessor.fit(out["train"])
     return {name: preprocessor.transform(ds) for name, ds in out.items()}
-
-
-def save_preprocessor(storage: Any, checkpoint_dir_path: str, preprocessor: Optional[Any]
-                      ) -> Optional[str]:
-    """Write ``preprocessor`` into a checkpoint directory in ``storage``.
-
-    Returns the file name written (``preprocessor.json`` for built-ins, ``.pkl``
-    otherwise), or None when there is no preprocessor or the checkpoint already holds a
-    file of that name (one the training function wrote itself is kept).
-    """
-    if preprocessor is None:
-        return None
-    from engine import preprocessors as _pp
-    from engine._internal.storage import join
-
-    name, data = _pp.dumps(preprocessor)
-    path = join(checkpoint_dir_path, name)
-    if storage.exists(path):
-        return None
-    storage.write_bytes_atomic(path, data)
-    return name
-
-
-def load_preprocessor(storage: Any, checkpoint_dir_path: str,
-                      allow_pickle: bool = True) -> Optional[Any]:
-    """The preprocessor saved in a checkpoint directory, or None (a ``.pkl`` one is
-    unpickled only with ``allow_pickle``: trusted checkpoints only)."""
-    from engine import preprocessors as _pp
-    from engine._internal.storage import join
-    from engine.exceptions import CheckpointError
-
-    for name in (_pp.JSON_FILE, _pp.PICKLE_FILE):
-        path = join(checkpoint_dir_path, name)
-        if storage.exists(path):
-            if name == _pp.PICKLE_FILE and not allow_pickle:
-                raise CheckpointError(
-                    f"The checkpoint {storage.display(checkpoint_dir_path)!r} holds a custom "
-                    f"preprocessor ({_pp.PICKLE_FILE}), a pickle: loading it runs code. If "
-                    "you trust this checkpoint pass allow_pickle=True (e.g. "
-                    "Predictor.from_checkpoint(ckpt, allow_pickle=True)).")
-            return _pp.loads(name, storage.read_bytes(path))
-    return None
 
 
 # --- shards -----------------------------------------------------------------------------

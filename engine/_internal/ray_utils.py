@@ -11,9 +11,6 @@ from engine import constants
 
 logger = logging.getLogger(__name__)
 
-RAY_WORKER_NICENESS_ENV_VAR = "TRAINYARD_RAY_WORKER_NICENESS"
-DEFAULT_RAY_WORKER_NICENESS = 0
-
 
 def ensure_ray() -> None:
     """Start or join Ray once per process.
@@ -40,7 +37,8 @@ def ensure_ray() -> None:
     # Ray starts worker processes at nice 15 so that its own daemons stay responsive;
     # training workers are this instance's main job and run at the priority torchrun's
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
-    niceness = int(os.environ.get(RAY_WORKER_NICENESS_ENV_VAR, DEFAULT_RAY_WORKER_NICENESS))
+    niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
+                                  constants.DEFAULT_RAY_WORKER_NICENESS))
     with _quiet_ray_start():
         # address="local": start our own instance even when `ray start` (or a test's
         # Cluster) left /tmp/ray/ray_current_cluster behind, which ray.init() would

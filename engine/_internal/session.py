@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine._internal.storage import Storage, join
+from engine.checkpoint import Checkpoint
 
 _SCALARS = (int, float, bool, str, type(None))
 
@@ -165,8 +166,6 @@ class TrainSession:
         self.queue.put(item)
 
     def _stage_checkpoint(self, checkpoint: Any, item: ReportItem) -> None:
-        from engine.checkpoint import Checkpoint
-
         if not isinstance(checkpoint, Checkpoint):
             raise TypeError(
                 f"report(checkpoint=...) takes an engine.Checkpoint, got "
@@ -184,8 +183,8 @@ class TrainSession:
         self._discard(checkpoint)
 
     @staticmethod
-    def _discard(checkpoint: Any) -> None:
-        if getattr(checkpoint, "_owned_tmp", False):
+    def _discard(checkpoint: Checkpoint) -> None:
+        if checkpoint.owns_directory:
             shutil.rmtree(checkpoint.path, ignore_errors=True)
 
     def mark_finished(self) -> None:

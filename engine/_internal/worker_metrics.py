@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional
 
-REDUCE_OPS = ("mean", "sum", "min", "max")
-
 
 def reduce_metrics(all_metrics: List[Dict[str, Any]], spec: Optional[Mapping[str, str]]
                    ) -> Dict[str, float]:

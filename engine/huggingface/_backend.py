@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterator, Optional
 
+from engine import constants
 from engine.torch.config import TorchBackend, TorchConfig
 
 if TYPE_CHECKING:
@@ -23,10 +24,6 @@ if TYPE_CHECKING:
 # where the Hugging Face caches live. Tokens are not forwarded (set them on the nodes).
 FORWARDED_ENV_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
                       "HF_HOME", "HF_HUB_CACHE", "HF_ASSETS_CACHE", "HF_ENDPOINT")
-
-# Where relative paths of a worker (a TrainingArguments output_dir, logging_dir …) land:
-# one directory per run on each node, shared by that node's ranks.
-SCRATCH_ENV_VAR = "TRAINYARD_HF_SCRATCH_DIR"
 
 
 @dataclass
@@ -99,7 +96,8 @@ def scratch_cwd(run_name: str) -> Iterator[str]:
     """Run in ``$TMPDIR/trainyard/<run name>`` (shared by the ranks of a node), so that
     relative paths such as the default ``TrainingArguments.output_dir`` do not land in
     whatever directory the Ray worker happened to start in."""
-    base = os.environ.get(SCRATCH_ENV_VAR) or os.path.join(tempfile.gettempdir(), "trainyard")
+    base = (os.environ.get(constants.HF_SCRATCH_DIR_ENV_VAR)
+            or os.path.join(tempfile.gettempdir(), "trainyard"))
     path = os.path.join(base, run_name or "run")
     os.makedirs(path, exist_ok=True)
     previous = os.getcwd()

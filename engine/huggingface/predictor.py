@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
-from engine.predict import Predictor
+from engine.predictor import Predictor
 
 # The pipeline task of a model class, by the suffix of its name (config.architectures).
 _TASK_BY_ARCHITECTURE = (

@@ -9,7 +9,7 @@ import numpy as np
 from engine._internal.gbdt import ModelFeatureNames, features_frame
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
-from engine.predict import Predictor
+from engine.predictor import Predictor
 from engine.sklearn.checkpoint import MODEL_FILE, load_estimator
 
 

@@ -38,9 +38,7 @@ class TensorflowCheckpoint(Checkpoint):
         check_filename(filename)
         tmp = tempfile.mkdtemp(prefix="trainyard_ckpt_")
         model.save(os.path.join(tmp, filename))
-        ckpt = cls(tmp)
-        ckpt._owned_tmp = True
-        return ckpt
+        return cls(tmp, owns_directory=True)
 
     @classmethod
     def wrap(cls, checkpoint: Checkpoint) -> "TensorflowCheckpoint":

@@ -29,7 +29,7 @@ from engine import constants
 from engine._internal.batches import feature_matrix
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
-from engine.predict import Predictor
+from engine.predictor import Predictor
 from engine.tensorflow.checkpoint import find_model_file, load_keras_model, require_eager
 
 _WEIGHT_KEYS = ("model_weights", "weights", "model")

@@ -29,9 +29,7 @@ class TorchCheckpoint(Checkpoint):
                  for k, v in state_dict.items()}
         tmp = tempfile.mkdtemp(prefix="trainyard_ckpt_")
         torch.save({"model": state, "extra": extra or {}}, os.path.join(tmp, MODEL_STATE_FILE))
-        ckpt = cls(tmp)
-        ckpt._owned_tmp = True
-        return ckpt
+        return cls(tmp, owns_directory=True)
 
     @classmethod
     def from_model(cls, model: torch.nn.Module,

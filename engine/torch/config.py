@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from engine import constants
 from engine._internal.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError
 
@@ -67,7 +68,7 @@ def _setup_worker(backend: str, init_method: str, master: str, port: int, rank: 
 
 
 def _device_index(local_rank: int) -> int:
-    own = os.environ.get("TRAINYARD_OWN_GPU_INDEX")
+    own = os.environ.get(constants.OWN_GPU_INDEX_ENV_VAR)
     return int(own) if own is not None else local_rank
 
 
@@ -84,7 +85,7 @@ class TorchBackend(Backend):
             if cuda[rank] is not None:
                 own = meta.gpu_ids[0] if meta.gpu_ids else "0"
                 ray.get(actor.set_env.remote(
-                    {"TRAINYARD_OWN_GPU_INDEX": str(cuda[rank].split(",").index(own))}))
+                    {constants.OWN_GPU_INDEX_ENV_VAR: str(cuda[rank].split(",").index(own))}))
             refs.append(actor.execute.remote(
                 _setup_worker, backend, backend_config.init_method, master, port, rank,
                 len(worker_group), meta.local_rank, meta.local_world_size, meta.node_rank,

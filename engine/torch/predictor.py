@@ -30,7 +30,7 @@ from engine import constants
 from engine._internal.batches import feature_matrix
 from engine.checkpoint import Checkpoint, _load_dict, load_dict_safely
 from engine.exceptions import CheckpointError, ConfigError
-from engine.predict import Predictor
+from engine.predictor import Predictor
 from engine.torch.checkpoint import MODEL_STATE_FILE
 
 _STATE_DICT_KEYS = ("model_weights", "model_state_dict", "state_dict", "model")

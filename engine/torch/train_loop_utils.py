@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
+from engine import constants
 from engine._internal.session import get_session
 
 logger = logging.getLogger("engine")
@@ -32,7 +33,7 @@ def _world_size() -> int:
 def get_device() -> torch.device:
     """The device this worker trains on: its GPU with ``use_gpu=True``, else the CPU."""
     if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
-        own = os.environ.get("TRAINYARD_OWN_GPU_INDEX")
+        own = os.environ.get(constants.OWN_GPU_INDEX_ENV_VAR)
         index = int(own) if own is not None else 0
         return torch.device("cuda", index)
     return torch.device("cpu")

@@ -79,11 +79,7 @@ def _public(state: Dict[str, Any]) -> Dict[str, Any]:
 
 def open_experiment(storage_path: Optional[str], name: str, filesystem: Any = None
                     ) -> ExperimentStore:
-    import os
+    from engine._internal.storage_paths import default_root
 
-    from engine import constants
-
-    path = storage_path or os.environ.get(constants.STORAGE_PATH_ENV_VAR,
-                                          constants.DEFAULT_STORAGE_PATH)
-    base = _storage.Storage.from_path(path, filesystem)
+    base = _storage.Storage.from_path(default_root(storage_path, filesystem), filesystem)
     return ExperimentStore(_storage.Storage(base.fs, _storage.join(base.root, name)))

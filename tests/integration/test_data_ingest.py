@@ -399,7 +399,7 @@ def test_preprocessor_saved_in_a_checkpoint_round_trips(tmp_path, ray_start_4_cp
     import ray.data
 
     from engine import Checkpoint
-    from engine._internal.data import save_preprocessor
+    from engine.preprocessors import save_preprocessor
     from engine._internal.storage import Storage
     from engine.preprocessors import Chain, MinMaxScaler, StandardScaler
 

@@ -132,7 +132,9 @@ def test_credentials_never_reach_a_reference_a_manifest_an_error_or_a_log(
             core.ingest(storage=storage, **kwargs)
         errors.append(str(ei.value))
     assert ref.metadata["source"] == f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}/postgres"
-    manifests = [open(os.path.join(r.uri, "_dataset.json")).read() for r in (ref, query)]
+    from engine.constants import COMMIT_MARKER
+
+    manifests = [open(os.path.join(r.uri, COMMIT_MARKER)).read() for r in (ref, query)]
     captured = capfd.readouterr()
     texts = {"references": ref.to_json() + query.to_json(), "manifests": "".join(manifests),
              "errors": "\n".join(errors), "log records": caplog.text,

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from engine import constants
 from engine.exceptions import ConfigError, StorageError
 from tasks import core
 from tasks.refs import CheckpointRef, DatasetRef
@@ -49,7 +50,8 @@ def test_ingest_builtin_materialises_parquet_with_schema_and_fingerprint(storage
     assert data.num_rows == 1797 and data.format == "parquet"
     assert len(data.schema) == 65 and data.schema["target"] == "int64"
     assert data.uri.startswith(os.path.join(storage, "datasets", "digits-"))
-    assert os.path.exists(os.path.join(data.uri, "_dataset.json"))
+    marker = json.loads(open(os.path.join(data.uri, constants.COMMIT_MARKER)).read())
+    assert DatasetRef.from_dict(marker["dataset"]).fingerprint == data.fingerprint
     df = _frame(data)
     from sklearn.datasets import load_digits
 
@@ -77,17 +79,36 @@ def test_ingest_csv_and_json_files_and_fingerprint_follows_content(tmp_path, sto
         != from_csv.fingerprint
 
 
-def test_a_data_set_without_manifest_is_never_used_and_gets_replaced(tmp_path):
+def test_a_data_set_without_commit_marker_is_never_used_and_gets_replaced(tmp_path):
     storage = str(tmp_path / "st")
     first = core.ingest("sklearn:iris", storage=storage)
-    # A commit cut short: the directory is there, its manifest is not, a file is torn.
-    os.remove(os.path.join(first.uri, "_dataset.json"))
+    # A commit cut short: the directory is there, its marker is not, a file is torn.
+    os.remove(os.path.join(first.uri, constants.COMMIT_MARKER))
     with open(os.path.join(first.uri, "part-00000.parquet"), "wb") as f:
         f.write(b"torn")
     again = core.ingest("sklearn:iris", storage=storage)
     assert again.uri == first.uri and again.fingerprint == first.fingerprint
     assert len(_frame(again)) == 150
     assert not [n for n in os.listdir(os.path.dirname(first.uri)) if n.startswith(".")]
+
+
+def test_a_data_set_written_by_the_previous_version_is_still_committed(tmp_path):
+    """Before data sets committed through Storage.commit_dir, their manifest
+    ``_dataset.json`` was the commit: such a data set is reused and split, not rewritten."""
+    storage = str(tmp_path / "st")
+    first = core.ingest("sklearn:iris", storage=storage)
+    marker_path = os.path.join(first.uri, constants.COMMIT_MARKER)
+    ref = json.loads(open(marker_path).read())["dataset"]
+    os.remove(marker_path)  # the old layout: the manifest, no commit marker
+    with open(os.path.join(first.uri, "_dataset.json"), "w") as f:
+        json.dump(ref, f)
+    part = os.path.join(first.uri, "part-00000.parquet")
+    before = os.stat(part).st_ino
+    again = core.ingest("sklearn:iris", storage=storage)
+    assert again.uri == first.uri and again.fingerprint == first.fingerprint
+    assert os.stat(part).st_ino == before  # the old copy kept, nothing rewritten
+    splits = core.split(again, 0.2, 0)
+    assert splits["train"].num_rows + splits["validation"].num_rows == 150
 
 
 @pytest.mark.parametrize("source, match", [
@@ -257,7 +278,8 @@ def test_ingest_split_and_aliases_on_s3(s3_storage_path, s3_server, digits_model
     assert splits["train"].num_rows + splits["validation"].num_rows == 178
     prefix = data.uri.split(f"{s3_server.bucket}/", 1)[1]
     keys = s3_server.keys(prefix.rsplit("/", 1)[0])
-    assert any(k.endswith("-split-s0-t0.3-by-target/validation/_dataset.json") for k in keys)
+    assert any(k.endswith(f"-split-s0-t0.3-by-target/validation/{constants.COMMIT_MARKER}")
+               for k in keys)
     assert not any("/.staging-" in k for k in keys)
     ckpt, metrics = digits_model
     decision = core.promote(ckpt, metrics, gate={}, registry=s3_storage_path)

@@ -307,3 +307,28 @@ def test_one_curve_per_result_for_a_result_grid(tmp_path):
                       path=str(tmp_path / f"trial_{lr}")) for lr in (1, 2)]
     path = plot_results(results, ["loss"], None, str(tmp_path))
     assert path == str(tmp_path / constants.PLOT_FILE) and os.path.getsize(path) > 1000
+
+
+def test_callbacks_package_exports_and_does_not_shadow_mlflow():
+    import importlib
+    import subprocess
+    import sys
+
+    import engine.callbacks as cbs
+
+    assert {n for n in cbs.__all__ if not hasattr(cbs, n)} == set()
+    where = {name: getattr(cbs, name).__module__ for name in (
+        "JsonLoggerCallback", "CSVLoggerCallback", "TensorBoardLoggerCallback",
+        "MLflowLoggerCallback")}
+    assert where == {"JsonLoggerCallback": "engine.callbacks.files",
+                     "CSVLoggerCallback": "engine.callbacks.files",
+                     "TensorBoardLoggerCallback": "engine.callbacks.tensorboard",
+                     "MLflowLoggerCallback": "engine.callbacks.mlflow"}
+    if importlib.util.find_spec("mlflow") is not None:
+        # engine/callbacks/mlflow.py must not stand in for the real package, even when
+        # engine.callbacks is imported first.
+        code = ("import engine.callbacks, mlflow, mlflow.tracking; "
+                "print(mlflow.__name__, hasattr(mlflow.tracking, 'MlflowClient'))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out == ["mlflow", "True"]

@@ -65,3 +65,24 @@ def test_from_dict_format_tensors_load_safely_other_dicts_stay_compact():
     size = os.path.getsize(os.path.join(blob.path, constants.DICT_CHECKPOINT_FILE))
     assert size < 1.01 * (1 << 20)
     assert len(blob.to_dict()["blob"]) == 1 << 20
+
+
+def test_owns_directory_decides_whether_a_reported_directory_is_deleted(tmp_path):
+    from engine._internal.session import TrainContext, TrainSession
+
+    (tmp_path / "model.bin").write_bytes(b"abc")
+    mine = Checkpoint.from_directory(str(tmp_path))
+    made = Checkpoint.from_dict({"epoch": 1})
+    adopted = Checkpoint(str(tmp_path / "x"), owns_directory=True)
+    assert (mine.owns_directory, made.owns_directory, adopted.owns_directory) == (
+        False, True, True)
+    # Reported with checkpointing off (num_to_keep=0): nothing is uploaded, and only the
+    # temporary directory the engine made is removed; the user's directory stays.
+    session = TrainSession(TrainContext(world_rank=0, world_size=1), storage=None,
+                           attempt="t", start_iteration=0)
+    session.report({"x": 1}, checkpoint=mine)
+    session.report({"x": 2}, checkpoint=made)
+    assert (tmp_path / "model.bin").read_bytes() == b"abc"
+    assert not os.path.exists(made.path)
+    # Ownership is not pickled: a copy in another process never deletes the original.
+    assert pickle.loads(pickle.dumps(adopted)).owns_directory is False

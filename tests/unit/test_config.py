@@ -87,3 +87,16 @@ def test_run_config_repr_hides_credentials():
 
 def test_run_config_accepts_pathlib(tmp_path):
     assert RunConfig(storage_path=tmp_path).storage_path == str(tmp_path)
+
+
+def test_run_config_checks_callbacks_by_their_hooks():
+    from engine.callbacks import LoggerCallback
+
+    class OnlyReports:  # not a Callback subclass: the runner calls the hooks it has
+        def on_report(self, metrics, all_metrics):
+            pass
+
+    mine, logger_cb = OnlyReports(), LoggerCallback()
+    assert RunConfig(callbacks=[mine, logger_cb]).callbacks == [mine, logger_cb]
+    with pytest.raises(ConfigError, match=r"callbacks=\[\.\.\., 42\].*engine.callbacks"):
+        RunConfig(callbacks=[42])

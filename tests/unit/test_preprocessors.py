@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 
 from engine import Checkpoint
-from engine._internal.data import _file_format, _file_names, load_preprocessor, save_preprocessor
+from engine._internal.data import _file_format, _file_names
 from engine._internal.storage import Storage
 from engine.exceptions import ConfigError
 from engine.preprocessors import (Chain, MinMaxScaler, Preprocessor, PreprocessorNotFittedError,
-                                  StandardScaler, dumps, loads)
+                                  StandardScaler, dumps, load_preprocessor, loads,
+                                  save_preprocessor)
 
 
 def _df():

@@ -202,3 +202,90 @@ def test_checkpoint_from_a_fresh_process(s3_server, s3_storage_path, tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.strip() == f"OK {base}/ckpt"
     assert "?" not in ckpt.uri
+
+
+def test_commit_dir_moves_files_then_writes_the_marker(st, s3_server, s3_storage_path,
+                                                       tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "model.pt").write_bytes(b"w")
+    (src / "sub" / "opt.pt").write_bytes(b"o")
+    staging, dest = f"{st.root}/.staging/a", f"{st.root}/checkpoint_000000"
+    st.upload_dir(str(src), staging)
+    assert st.commit_dir(staging, dest, {"index": 0}) == {"index": 0}
+    assert st.read_commit_marker(dest) == {"index": 0}
+    prefix = _key(s3_storage_path)
+    # Files only ("/"-ended keys are the empty parent markers pyarrow's delete_dir leaves).
+    assert [k for k in s3_server.keys(prefix) if not k.endswith("/")] == [
+        f"{prefix}/checkpoint_000000/{f}"
+        for f in (constants.COMMIT_MARKER, "model.pt", "sub/opt.pt")]
+    # A committed copy is kept; replace=True replaces it whole.
+    st.upload_dir(str(src), staging)
+    assert st.commit_dir(staging, dest, {"index": 1}) == {"index": 0}
+    assert not st.exists(staging)
+    (src / "sub" / "opt.pt").unlink()
+    st.upload_dir(str(src), staging)
+    assert st.commit_dir(staging, dest, {"index": 2}, replace=True) == {"index": 2}
+    assert st.list_files(dest) == [constants.COMMIT_MARKER, "model.pt"]
+
+
+_MOVE_ONE_FILE_AND_DIE = """
+import os, signal, sys
+from engine.storage import Storage
+
+st = Storage.from_path(sys.argv[1])
+moved = []
+real = Storage._move_file
+
+def move_then_die(self, src, dst):
+    if moved:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(self, src, dst)
+    moved.append(dst)
+
+Storage._move_file = move_then_die
+st.commit_dir(st.root + "/.staging/a", st.root + "/data-ab12", {"index": 3})
+"""
+
+
+def test_a_commit_killed_midway_on_s3_is_not_committed(st, s3_storage_path, tmp_path):
+    """SIGKILL the committing process after it moved one of two files: the destination
+    holds a file but no marker, so it does not read as committed; a new commit over it
+    goes through."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "part-0").write_bytes(b"0")
+    (src / "part-1").write_bytes(b"1")
+    staging, dest = f"{st.root}/.staging/a", f"{st.root}/data-ab12"
+    st.upload_dir(str(src), staging)
+    proc = subprocess.run([sys.executable, "-c", _MOVE_ONE_FILE_AND_DIE, s3_storage_path],
+                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    assert len(st.list_files(dest)) == 1  # cut short between the two moves
+    assert st.read_commit_marker(dest) is None
+    st.upload_dir(str(src), staging)
+    assert st.commit_dir(staging, dest, {"index": 3}) == {"index": 3}
+    assert st.list_files(dest) == [constants.COMMIT_MARKER, "part-0", "part-1"]
+
+
+def test_a_marker_staged_along_is_not_moved_before_the_files(st, tmp_path, monkeypatch):
+    """A staged copy of a committed directory carries the old marker: moved first, it
+    would commit the destination before its files; the commit writes the new one last."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"w")
+    (src / constants.COMMIT_MARKER).write_text('{"index": 0}')
+    staging, dest = f"{st.root}/.staging/a", f"{st.root}/checkpoint_000001"
+    st.upload_dir(str(src), staging)
+    seen = []
+    real = Storage._move_file
+
+    def watch(self, a, b):
+        seen.append((b.rsplit("/", 1)[-1], self.read_commit_marker(dest)))
+        real(self, a, b)
+
+    monkeypatch.setattr(Storage, "_move_file", watch)
+    st.commit_dir(staging, dest, {"index": 1})
+    assert seen == [("model.pt", None)]
+    assert st.read_commit_marker(dest) == {"index": 1}

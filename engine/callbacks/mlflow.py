@@ -9,10 +9,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from engine import constants
-from engine._internal.loggers.run_files import flatten, iteration_of
-from engine._internal.loggers.scalar_events import numeric_scalars
 from engine._internal.storage import join
-from engine.callbacks import LoggerCallback, Trial
+from engine._internal.trial import Trial
+from engine.callbacks.base import LoggerCallback
+from engine.callbacks.files import flatten, iteration_of
+from engine.callbacks.tensorboard import numeric_scalars
+from engine.checkpoint import Checkpoint
 
 logger = logging.getLogger("engine")
 
@@ -156,8 +158,6 @@ def _key(name: str) -> str:
 
 def _latest_committed(trial: Trial) -> Any:
     """The highest-numbered committed checkpoint in the trial directory, or None."""
-    from engine.checkpoint import Checkpoint
-
     storage = trial.get_storage()
     names: List[str] = sorted(
         n for n in storage.list_dir(storage.root)

@@ -9,8 +9,9 @@ import time
 from typing import Any, Dict, Optional
 
 from engine import constants
-from engine._internal.loggers.run_files import flatten, iteration_of
-from engine.callbacks import LoggerCallback, Trial
+from engine._internal.trial import Trial
+from engine.callbacks.base import LoggerCallback
+from engine.callbacks.files import flatten, iteration_of
 
 # Automatic fields that are numbers but not curves worth drawing.
 _NOT_SCALARS = ("pid", "timestamp", "training_iteration", "done")

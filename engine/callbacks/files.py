@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine._internal.storage import Storage, join
-from engine.callbacks import LoggerCallback, Trial
+from engine._internal.trial import Trial
+from engine.callbacks.base import LoggerCallback
 
 logger = logging.getLogger("engine")
 

@@ -1,36 +1,12 @@
-"""Driver-side callbacks: hooks with no-op defaults, fed by the controller and the Tuner.
-
-    from engine.callbacks import LoggerCallback
-
-    class LoggingCallback(LoggerCallback):
-        def __init__(self):
-            self.results = []
-
-        def log_trial_result(self, iteration, trial, result):
-            self.results.append(trial.last_result)
-
-A plain ``fit()`` is presented as a single trial (``on_trial_start`` … ``on_trial_complete``
-around its reports), so the same callback works with ``Tuner.fit()``. A callback that
-raises is logged once with its traceback and disabled; training goes on and
-``Result.callback_errors`` lists it.
-
-Built-ins: :class:`JsonLoggerCallback` (``result.json``) and :class:`CSVLoggerCallback`
-(``progress.csv``) run on every ``fit()`` unless ``TRAINYARD_DISABLE_DEFAULT_LOGGERS=1``;
-:class:`TensorBoardLoggerCallback` and :class:`MLflowLoggerCallback` are added through
-``RunConfig(callbacks=[...])`` (``pip install 'trainyard[tracking]'``).
-"""
+"""The callback interfaces: :class:`Callback` (hooks with no-op defaults) and
+:class:`LoggerCallback` (trial hooks mapped onto ``log_trial_*``). Public as
+``engine.callbacks``; the built-in loggers in this package subclass them."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import Any, Dict, List
 
 from engine._internal.trial import Trial
-
-if TYPE_CHECKING:  # the built-ins load on first use: engine.callbacks stays light
-    from engine._internal.loggers.run_files import CSVLoggerCallback, JsonLoggerCallback
-    from engine._internal.loggers.scalar_events import TensorBoardLoggerCallback
-    from engine._internal.loggers.tracking_store import MLflowLoggerCallback
 
 
 class Callback:
@@ -120,19 +96,4 @@ class LoggerCallback(Callback):
         self.log_trial_end(trial, failed=True)
 
 
-_BUILTINS = {
-    "JsonLoggerCallback": "engine._internal.loggers.run_files",
-    "CSVLoggerCallback": "engine._internal.loggers.run_files",
-    "TensorBoardLoggerCallback": "engine._internal.loggers.scalar_events",
-    "MLflowLoggerCallback": "engine._internal.loggers.tracking_store",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _BUILTINS:
-        return getattr(importlib.import_module(_BUILTINS[name]), name)
-    raise AttributeError(f"module 'engine.callbacks' has no attribute {name!r}")
-
-
-__all__ = ["Callback", "LoggerCallback", "Trial", "JsonLoggerCallback", "CSVLoggerCallback",
-           "TensorBoardLoggerCallback", "MLflowLoggerCallback"]
+__all__ = ["Callback", "LoggerCallback", "Trial"]

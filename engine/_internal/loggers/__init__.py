@@ -1,1 +1,0 @@
-"""Built-in logger callbacks (public names: ``engine.callbacks``)."""
