@@ -147,6 +147,9 @@ def test_tasks_write_artifacts(retrain_run):
     assert by_key["digits-train-checkpoint"].type == "markdown"  # link artifacts
     assert state.result()["checkpoint"] in by_key["digits-train-checkpoint"].data
     assert by_key["digits-evaluation"].type == "table"
+    validation = by_key["digits-validation"]  # the first run: no production model yet
+    assert validation.type == "markdown" and "**PASSED**" in validation.data
+    assert "no drift check: no production model yet" in validation.data
     assert "Promoted" in by_key["digits-production-promotion"].data
 
 
