@@ -1,8 +1,10 @@
 """Scheduled retraining, one DAG per pipeline: ``retrain_<pipeline>``.
 
-    plan → ingest → split → tune → final_config → train → evaluate → promote
+    plan → ingest → validate → split → data_changed → tune → final_config → train → evaluate → promote
 
-``plan`` reads the DAG run's params and the pipeline's defaults; ``tune`` searches the
+``plan`` reads the DAG run's params and the pipeline's defaults; ``validate`` checks the
+data against the pipeline's schema and for drift (a failed hard check fails the run
+before training; the report is in the task log and XCom); ``tune`` searches the
 pipeline's small grid for a few epochs; ``final_config`` takes the best config and the
 full epoch count; ``train`` trains it (a retry resumes the run from its latest
 checkpoint); ``promote`` points the ``production`` alias at the checkpoint if its
@@ -28,8 +30,9 @@ from typing import Any, Dict, Optional
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
-                                 model_asset, promote_task, retrain_schedule, split_task,
-                                 train_task, tune_task, xcom_uri)
+                                 model_asset, promote_task, retrain_schedule,
+                                 skip_if_unchanged_task, split_task, train_task, tune_task,
+                                 validate_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -59,6 +62,31 @@ PARAMS = {
     "max_failures": Param(0, type="integer", minimum=-1,
                           description="Engine restarts inside a task (0: Airflow retries "
                                       "the task, which resumes)."),
+    "validate": Param(True, type="boolean",
+                      description="Check the data (the pipeline's schema, drift against "
+                                  "the production model's training data) before training."),
+    "checks": Param(None, type=["null", "object"],
+                    description='More validation checks, e.g. {"min_rows": 1000, "drift": '
+                                '{"threshold": 0.1, "fail": true}}.'),
+    "window": Param(None, type=["null", "object"],
+                    description='A Hive-partitioned source: the partitions to read, e.g. '
+                                '{"column": "date", "last": "30d"}; it ends at the run\'s '
+                                'data interval end unless it says "until".'),
+    "partition_filter": Param(None, type=["null", "object"],
+                              description='A Hive-partitioned source: e.g. {"region": '
+                                          '["eu", "us"]}.'),
+    "incremental": Param(False, type="boolean",
+                         description="Read only partitions that changed since the last "
+                                     "ingest; none: reuse the previous data set."),
+    "conn_id": Param(None, type=["null", "string"],
+                     description="Read a database: the Airflow connection that holds it "
+                                 "(its password stays in Airflow's secrets backend); with "
+                                 "table or sql."),
+    "table": Param(None, type=["null", "string"], description="With conn_id: the table."),
+    "sql": Param(None, type=["null", "string"], description="With conn_id: the query."),
+    "skip_if_unchanged": Param(False, type="boolean",
+                               description="Skip training when the production model was "
+                                           "trained on exactly this data."),
 }
 
 
@@ -88,6 +116,10 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "train_epochs": p["train_epochs"] or spec.defaults.get(spec.epochs_key or ""),
         "epochs_key": spec.epochs_key,
         "gate": p["gate"],
+        "validate": p["validate"], "checks": p["checks"],
+        "window": p["window"], "partition_filter": p["partition_filter"],
+        "incremental": p["incremental"], "skip_if_unchanged": p["skip_if_unchanged"],
+        "conn_id": p["conn_id"], "table": p["table"], "sql": p["sql"],
     }
 
 
@@ -112,12 +144,22 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
          description=f"Retrain {pipeline}, promote it to {alias} if it passes the gate.")
     def retrain() -> None:
         settings = plan(pipeline)
-        data = ingest_task(settings["source"], storage=settings["storage"])
-        splits = split_task(data, settings["test_size"], settings["seed"],
+        data = ingest_task(settings["source"], storage=settings["storage"],
+                           partition_filter=settings["partition_filter"],
+                           window=settings["window"], incremental=settings["incremental"],
+                           conn_id=settings["conn_id"], table=settings["table"],
+                           sql=settings["sql"])
+        checked = validate_task(data, pipeline, checks=settings["checks"],
+                                storage=settings["storage"], enabled=settings["validate"])
+        splits = split_task(checked["dataset"], settings["test_size"], settings["seed"],
                             settings["stratify_column"])
+        changed = skip_if_unchanged_task(pipeline, splits["train"],
+                                         settings["skip_if_unchanged"], alias,
+                                         settings["storage"])
         tuned = tune_task(pipeline, splits, settings["param_space"],
                           settings["tune_config"], scaling=settings["scaling"],
                           run=settings["tune_run"])
+        changed >> tuned
         run = final_config(settings["train_run"], tuned, settings["epochs_key"],
                            settings["train_epochs"])
         checkpoint = train_task(pipeline, splits, settings["scaling"], run)

@@ -1,4 +1,4 @@
-"""The retraining flow: ingest → split → tune → train the best config longer → evaluate
+"""The retraining flow: ingest → validate → split → tune → train the best config longer → evaluate
 → promote (gated) → batch-predict with the production model → report.
 
     python -m flows.retrain                        # digits, on a local Ray, Prefect's
@@ -22,10 +22,11 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from tasks import core
+from tasks._sources import production_trained_on
 from tasks._store import storage_root
 from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
                                  ingest_task, promote_task, report_task, split_task,
-                                 train_task, tune_task)
+                                 train_task, tune_task, validate_task)
 from tasks.report import report_dir, summarize
 
 
@@ -39,7 +40,12 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             gate: Optional[Dict[str, Any]] = None,
             alias: str = "production", scoring_source: Optional[str] = None,
             max_failures: int = 0, task_retries: int = RETRIES,
-            retry_delay_s: float = RETRY_DELAY_S) -> Dict[str, Any]:
+            retry_delay_s: float = RETRY_DELAY_S, validate_data: bool = True,
+            data_schema: Optional[Dict[str, Any]] = None,
+            data_checks: Optional[Dict[str, Any]] = None,
+            window: Optional[Dict[str, Any]] = None,
+            partition_filter: Optional[Dict[str, Any]] = None,
+            incremental: bool = False, skip_if_unchanged: bool = False) -> Dict[str, Any]:
     """Retrain a pipeline's model, promote it if it passes the gate, score with it.
 
     Args:
@@ -63,6 +69,16 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         scoring_source: Data to score (default: the validation split).
         max_failures: Engine-level restarts before a task fails (0: Prefect retries).
         task_retries, retry_delay_s: Prefect retries of each task.
+        validate_data: Check the data before training (``tasks.validate``): the
+            pipeline's schema, and drift against the production model's training data.
+            A failed hard check fails the flow before any training starts.
+        data_schema, data_checks: Instead of the pipeline's schema / more checks
+            (``min_rows``, ``drift``, ``reference``), as ``validate`` takes them.
+        window, partition_filter, incremental: For a Hive-partitioned ``source``
+            (``tasks.core.ingest``); the window ends at this flow run's scheduled
+            start time unless it says ``until``.
+        skip_if_unchanged: Stop after the split when the ``alias`` model was trained on
+            exactly this training data (nothing new arrived).
 
     Returns:
         The summary (best config, validation metrics, promotion, where things are).
@@ -74,10 +90,22 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     retry = dict(retries=task_retries, retry_delay_seconds=retry_delay_s)
     scaling = {"num_workers": num_workers}
     with _quiet_ray_data():
-        data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
+        data = ingest_task.with_options(**retry)(
+            source or spec.source, storage=storage, partition_filter=partition_filter,
+            window=window, incremental=incremental)
         spec.check_columns(data.columns)
+        if validate_data:
+            validate_task.with_options(**retry)(data, pipeline, data_schema, data_checks,
+                                                storage)
         stratify = spec.label_column if spec.task == "classification" else None
         splits = split_task.with_options(**retry)(data, test_size, seed, stratify)
+        current = production_trained_on(pipeline, splits["train"], alias, storage=storage) \
+            if skip_if_unchanged else None
+        if current is not None:
+            print(f"The data did not change: {pipeline}/{alias} ({current.uri}) was trained "
+                  "on this training set; skipping training (skip_if_unchanged).")
+            return {"pipeline": pipeline, "skipped": True, "dataset": data.uri,
+                    "production": current.uri, "promoted": False}
         tuned = tune_task.with_options(**retry)(
             pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
             scaling, {"storage": storage, "config": epochs_config(spec, tune_epochs),

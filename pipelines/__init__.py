@@ -102,6 +102,12 @@ class PipelineSpec:
         estimator: sklearn: the estimator class or factory, or ``"module:Class"``.
         preprocessor: ``f(feature_columns)`` → an unfitted ``engine.preprocessors``
             preprocessor, fitted on the training split and saved with every checkpoint.
+        data_schema: The data the pipeline expects, in ``tasks.validate``'s JSON form
+            (``{"columns": {name: {"type", "nullable", "min", "max", "isin"}},
+            "strict"}``); ``validate`` checks every ingested data set against it.
+            None: no schema checks.
+        drift: Drift settings of ``validate`` over its defaults: ``{"method": "psi" |
+            "ks", "threshold": 0.2, "fail": False, "bins": 10, "columns": None}``.
     """
 
     name: str
@@ -125,6 +131,8 @@ class PipelineSpec:
     params: Dict[str, Any] = field(default_factory=dict)
     estimator: Union[str, Callable[[], Any], None] = None
     preprocessor: Optional[Callable[[List[str]], Any]] = None
+    data_schema: Optional[Dict[str, Any]] = None
+    drift: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         custom = self.make_trainer is not None and not isinstance(self.make_trainer, _Default)

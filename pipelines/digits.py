@@ -16,6 +16,15 @@ import numpy as np
 
 FEATURES = 64
 CLASSES = 10
+#: What ``validate`` expects of the ingested data (scikit-learn's frame): 64 pixel
+#: intensities in [0, 16], no nulls, a digit label; no other columns (they would become
+#: model inputs).
+DATA_SCHEMA = {
+    "columns": {**{f"pixel_{r}_{c}": {"type": "float64", "nullable": False, "min": 0,
+                                      "max": 16} for r in range(8) for c in range(8)},
+                "target": {"type": "int", "nullable": False, "isin": list(range(CLASSES))}},
+    "strict": True,
+}
 
 
 def load_digits_split(test_size: float = 0.2, seed: int = 0
@@ -278,7 +287,8 @@ def _make_spec():
         param_space={"lr": {"grid_search": [1e-3, 5e-3]},
                      "hidden": {"grid_search": [32, 64]}},
         epochs_key="epochs", gate={"accuracy": [">=0.9", ">=champion"]},
-        make_trainer=make_trainer, predictor_kwargs=predictor_kwargs)
+        make_trainer=make_trainer, predictor_kwargs=predictor_kwargs,
+        data_schema=DATA_SCHEMA, drift={"method": "psi", "threshold": 0.2, "fail": False})
 
 
 SPEC = _make_spec()

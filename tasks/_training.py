@@ -139,7 +139,7 @@ def checkpoint_ref(spec: Any, result: Any, config: Dict[str, Any],
         config=json_safe(config), run_name=result.path.rstrip("/").rsplit("/", 1)[-1],
         created_at=time.time(), data_fingerprint=refs["train"].fingerprint,
         pipeline=spec.name, run_uri=result.path,
-        storage=redact(default_root(storage)))
+        storage=redact(default_root(storage)), data_uri=refs["train"].uri)
 
 
 def parse_param_space(space: Optional[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -166,13 +166,100 @@ def _run_settings(run: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 
 # --- tasks ------------------------------------------------------------------------------
 @task(task_id="ingest", retries=RETRIES, multiple_outputs=False)
-def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
-                name: Optional[str] = None) -> Dict[str, Any]:
-    """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict."""
+def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
+                storage: Optional[str] = None, name: Optional[str] = None,
+                partition_filter: Optional[Dict[str, Any]] = None,
+                window: Optional[Dict[str, Any]] = None, since: Any = None,
+                until: Any = None, incremental: bool = False, sql: Optional[str] = None,
+                table: Optional[str] = None, conn_id: Optional[str] = None,
+                key: Optional[str] = None, readers: Optional[int] = None) -> Dict[str, Any]:
+    """``tasks.core.ingest``; returns the ``DatasetRef`` as a dict. A ``window`` without
+    an end ends at the DAG run's ``data_interval_end`` (else its logical date).
+
+    A database: ``conn_id`` names an Airflow connection (its password stays in
+    Airflow's secrets backend and the driver: not in XCom, params or logs); ingest its
+    ``table`` or the query ``sql``."""
     from tasks import core
 
-    return _call(core.ingest, source, format, storage=full_uri(storage),
-                 name=name).to_dict()
+    if window is not None and until is None and not (window or {}).get("until"):
+        until = _logical_end()
+        logger.info("Window %s ends at the run's data interval end %s.", window, until)
+    connection = None
+    if conn_id is not None:
+        source, connection = _connection_source(conn_id, table, sql)
+    return _call(core.ingest, source, format, storage=full_uri(storage), name=name,
+                 partition_filter=partition_filter, window=window, since=since,
+                 until=until, incremental=incremental, sql=sql, connection=connection,
+                 key=key, readers=readers).to_dict()
+
+
+def _connection_source(conn_id: str, table: Optional[str], sql: Optional[str]) -> tuple:
+    """``(source, connection)`` of ``ingest`` for an Airflow connection."""
+    from airflow.sdk import Connection
+
+    from engine.exceptions import ConfigError
+    from tasks._sql import with_table
+
+    url = Connection.get(conn_id).get_uri()
+    if sql is not None:
+        return None, url
+    if not table:
+        raise AirflowFailException(f"ingest_task(conn_id={conn_id!r}) needs table=... or "
+                                   "sql=...")
+    try:
+        return with_table(url, table), None
+    except ConfigError as exc:
+        raise AirflowFailException(f"Airflow connection {conn_id!r}: {exc}") from None
+
+
+def _logical_end() -> Any:
+    ctx = get_current_context()
+    return ctx.get("data_interval_end") or ctx.get("logical_date") or ctx.get("run_after")
+
+
+@task(task_id="data_changed", retries=RETRIES, multiple_outputs=False)
+def skip_if_unchanged_task(pipeline: str, train: Dict[str, Any], enabled: bool = False,
+                           alias: str = DEFAULT_ALIAS,
+                           storage: Optional[str] = None) -> bool:
+    """With ``enabled``: skip (and so skip everything downstream) when the ``alias``
+    model was trained on exactly this training data; otherwise pass."""
+    from tasks._sources import production_trained_on
+
+    if not enabled:
+        return True
+    production = _call(production_trained_on, pipeline, train, alias,
+                       storage=full_uri(storage))
+    if production is not None:
+        raise AirflowSkipException(
+            f"The data did not change: {pipeline}/{alias} ({production.uri}) was trained "
+            f"on this training set (fingerprint {production.data_fingerprint[:16]}); "
+            "nothing to retrain (skip_if_unchanged).")
+    return True
+
+
+@task(task_id="validate", retries=RETRIES, multiple_outputs=True)
+def validate_task(dataset: Dict[str, Any], pipeline: Optional[str] = None,
+                  schema: Optional[Dict[str, Any]] = None,
+                  checks: Optional[Dict[str, Any]] = None,
+                  storage: Optional[str] = None, enabled: bool = True) -> Dict[str, Any]:
+    """``tasks.validate.validate``: the report in the task log and in XCom (also per key:
+    ``validate_task(...)["dataset"]`` is the data set to split). A failed check fails the
+    task without retries, after pushing the report to XCom under ``validation``.
+    ``enabled=False`` (a DAG param) passes the data set on unchecked."""
+    from tasks.validate import ValidationReport, validate
+
+    if not enabled:
+        logger.warning("Validation is turned off for this run: the data is not checked.")
+        return ValidationReport(dataset=dataset, passed=True,
+                                warnings=["validation turned off"]).to_dict()
+    report = _call(validate, dataset, schema, checks, pipeline=pipeline,
+                   storage=full_uri(storage), raise_on_failure=False)
+    for line in report.summary().splitlines():
+        (logger.info if report.passed else logger.error)("%s", line)
+    if not report.passed:
+        get_current_context()["ti"].xcom_push(key="validation", value=report.to_dict())
+        _call(report.raise_for_status)
+    return report.to_dict()
 
 
 @task(task_id="split", retries=RETRIES, multiple_outputs=True)
@@ -294,7 +381,7 @@ def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
                  keep_columns=keep_columns).to_dict()
 
 
-__all__ = ["ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+__all__ = ["ingest_task", "validate_task", "skip_if_unchanged_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
            "dag_pipelines", "retrain_schedule", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
            "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]

@@ -65,23 +65,49 @@ def run_name_for(run_id: str, task_name: str, prefix: Optional[str] = None) -> s
 
 
 # --- data -------------------------------------------------------------------------------
-def ingest(source: str, format: Optional[str] = None, *, storage: Optional[str] = None,
-           name: Optional[str] = None) -> DatasetRef:
+def ingest(source: Optional[str] = None, format: Optional[str] = None, *,
+           storage: Optional[str] = None, name: Optional[str] = None,
+           partition_filter: Optional[Dict[str, Any]] = None,
+           window: Optional[Dict[str, Any]] = None, since: Any = None, until: Any = None,
+           incremental: bool = False, sql: Optional[str] = None,
+           connection: Optional[str] = None, key: Optional[str] = None,
+           readers: Optional[int] = None) -> DatasetRef:
     """Materialise a source as Parquet under ``<storage>/datasets/``.
 
     Args:
         source: A built-in data set (``sklearn:digits``, ``digits``, ``breast_cancer``,
-            ``wine``, ``diabetes``, ``iris``) or an absolute path / URI (``s3://``) of a
-            Parquet, CSV or newline-delimited JSON file or directory.
+            ``wine``, ``diabetes``, ``iris``); an absolute path / URI (``s3://``) of a
+            Parquet, CSV or newline-delimited JSON file or directory, or of a
+            Hive-partitioned Parquet directory (``events/date=2026-11-25/…``); or a
+            SQLAlchemy database URL with a table, ``postgresql://user@host/db?table=t``.
         format: ``parquet``, ``csv`` or ``json``; default: from the file suffix.
         storage: Pipeline storage root; default ``$TRAINYARD_STORAGE_PATH`` or
             ``~/trainyard_results``.
-        name: Data set name (default: the built-in's or the file's name).
+        name: Data set name (default: the built-in's, the file's or the table's name).
+        partition_filter: Partitioned sources: ``{key: value or [values]}``.
+        window: Partitioned sources: ``{"column": "date", "last": "30d"}`` (or
+            ``"since"``/``"until"``): the partitions with ``since <= value < until``.
+        since, until: The window's bounds (dates, datetimes or ISO strings); ``until``
+            defaults to now; the shipped flow and DAG pass their logical date.
+        incremental: Partitioned sources: read only partitions whose files changed since
+            they were last ingested; nothing changed: the previous data set, unread.
+        sql: A query to ingest (with ``connection``).
+        connection: The database URL for ``sql`` (credentials: see ``tasks._sql``).
+        key: SQL: the integer column to shard the parallel read by and to order rows by
+            (default: the table's primary key; none: ``LIMIT/OFFSET`` shards).
+        readers: SQL: parallel reads (Ray tasks); default 2.
 
     Returns:
         A :class:`DatasetRef` with row count, schema and content fingerprint. The same
         content ingested again returns the committed copy.
     """
+    from tasks import _sources
+
+    routed = _sources.ingest_from(source, format, storage=storage, name=name, options=dict(
+        partition_filter=partition_filter, window=window, since=since, until=until,
+        incremental=incremental, sql=sql, connection=connection, key=key, readers=readers))
+    if routed is not None:
+        return routed
     src = _datasets.open_source(source, format)
     name = _store.clean_name(name or src.name, "data set name")
     st = Storage.from_path(_store.sub(default_root(storage), _store.DATASETS_DIR))

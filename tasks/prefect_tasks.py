@@ -32,6 +32,7 @@ from engine.exceptions import ConfigError
 from pipelines import UnknownPipelineError
 from tasks import core
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
+from tasks.validate import ValidationReport, markdown, validate
 
 #: Task retries and the pause before each (tasks resume, so a retry is cheap).
 RETRIES = 2
@@ -79,6 +80,28 @@ def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str) -> Dict[str, 
     return out
 
 
+def _block_source(block: str, table: Optional[str],
+                  sql: Optional[str]) -> tuple:
+    """``(source, connection)`` of ``ingest`` for a database URL kept in a Secret block."""
+    from prefect.blocks.system import Secret
+
+    from tasks._sql import with_table
+
+    url = Secret.load(block).get()
+    if sql is not None:
+        return None, url
+    if not table:
+        raise ConfigError(f"ingest_task(block={block!r}) needs table=... or sql=...")
+    return with_table(url, table), None
+
+
+def _scheduled_time() -> Any:
+    """The flow run's scheduled start time (None outside a flow run: ingest uses now)."""
+    from prefect.runtime import flow_run
+
+    return flow_run.scheduled_start_time if flow_run.id else None
+
+
 def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
     return [{"metric": k, "value": v} for k, v in sorted(metrics.items())
             if isinstance(v, (int, float, str, bool)) or v is None]
@@ -86,15 +109,51 @@ def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
 
 # --- tasks ------------------------------------------------------------------------------
 @task(name="ingest", **_TASK_OPTIONS)
-def ingest_task(source: str, format: Optional[str] = None, storage: Optional[str] = None,
-                name: Optional[str] = None) -> DatasetRef:
-    """``tasks.core.ingest`` (a table artifact describes the data set)."""
-    ref = core.ingest(source, format, storage=storage, name=name)
+def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
+                storage: Optional[str] = None, name: Optional[str] = None,
+                partition_filter: Optional[Dict[str, Any]] = None,
+                window: Optional[Dict[str, Any]] = None, since: Any = None,
+                until: Any = None, incremental: bool = False, sql: Optional[str] = None,
+                table: Optional[str] = None, block: Optional[str] = None,
+                key: Optional[str] = None, readers: Optional[int] = None) -> DatasetRef:
+    """``tasks.core.ingest`` (a table artifact describes the data set). A ``window``
+    without an end ends at the flow run's scheduled start time (its logical date).
+
+    A database: ``block`` names a Prefect ``Secret`` block that holds its URL (with the
+    password, which then never appears in the flow's parameters, results, artifacts or
+    logs); ingest its ``table`` or the query ``sql``."""
+    if window is not None and until is None and not (window or {}).get("until"):
+        until = _scheduled_time()
+    connection = None
+    if block is not None:
+        source, connection = _block_source(block, table, sql)
+    ref = core.ingest(source, format, storage=storage, name=name,
+                      partition_filter=partition_filter, window=window, since=since,
+                      until=until, incremental=incremental, sql=sql, connection=connection,
+                      key=key, readers=readers)
     create_table_artifact(
         key=_key("dataset", ref.name), description=f"Ingested `{source}`",
         table=[{"name": ref.name, "rows": ref.num_rows, "columns": len(ref.schema),
                 "fingerprint": ref.fingerprint[:16], "uri": ref.uri}])
     return ref
+
+
+@task(name="validate", **_TASK_OPTIONS)
+def validate_task(dataset: DatasetRef, pipeline: Optional[str] = None,
+                  schema: Optional[Dict[str, Any]] = None,
+                  checks: Optional[Dict[str, Any]] = None,
+                  storage: Optional[str] = None) -> ValidationReport:
+    """``tasks.validate.validate``; the report is a Markdown artifact, written before a
+    failed check fails the task (not retried: the same data fails the same way)."""
+    report = validate(dataset, schema, checks, pipeline=pipeline, storage=storage,
+                      raise_on_failure=False)
+    create_markdown_artifact(
+        key=_key(pipeline or report.dataset.name or "data", "validation"),
+        markdown=markdown(report),
+        description=f"Validation of `{report.dataset.uri}`: "
+                    f"{'passed' if report.passed else 'FAILED'}")
+    report.raise_for_status()
+    return report
 
 
 @task(name="split", **_TASK_OPTIONS)
@@ -260,7 +319,7 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
 
 
-__all__ = ["report_task", "ingest_task", "split_task", "train_task", "tune_task", "evaluate_task",
+__all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
            "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
            "emit_decision_event"]

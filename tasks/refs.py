@@ -140,6 +140,7 @@ class CheckpointRef(_Ref):
         pipeline: The pipeline (``pipelines.get_pipeline``) that knows how to load it.
         run_uri: The run directory (``run_state.json`` lives there).
         storage: The pipeline storage root the run was written under.
+        data_uri: The training data set (``validate`` measures drift against it).
     """
 
     uri: str
@@ -152,6 +153,7 @@ class CheckpointRef(_Ref):
     pipeline: Optional[str] = None
     run_uri: Optional[str] = None
     storage: Optional[str] = None
+    data_uri: Optional[str] = None
 
     def __post_init__(self) -> None:
         _require_str("CheckpointRef", "uri", self.uri)

