@@ -198,6 +198,10 @@ AIRFLOW_PIPELINES_ENV_VAR = _setting(
 RETRAIN_SCHEDULE_ENV_VAR = _setting(
     "TRAINYARD_RETRAIN_SCHEDULE", "0 3 * * 1",
     "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC).", scope="Airflow")
+SQL_PASSWORD_ENV_VAR = _setting(
+    "TRAINYARD_SQL_PASSWORD", None,
+    "The database password ingest() fills into a SQL source URL that has none (never "
+    "recorded in references, results or logs).", scope="pipelines")
 REGISTRY_ENV_VAR = _setting(
     "TRAINYARD_REGISTRY", None,
     "Where promote() keeps model aliases: mlflow:<tracking URI> (an MLflow model "

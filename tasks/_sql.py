@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 
+from engine import constants
 from engine.exceptions import ConfigError, TrainyardError
 from engine.storage import Storage, default_root
 from tasks import _datasets, _store
@@ -37,7 +38,7 @@ from tasks.refs import DatasetRef
 
 logger = logging.getLogger("tasks")
 
-PASSWORD_ENV_VAR = "TRAINYARD_SQL_PASSWORD"
+PASSWORD_ENV_VAR = constants.SQL_PASSWORD_ENV_VAR
 DEFAULT_READERS = 2
 _OWN_PARAMS = ("table", "key", "readers")  # URL query parameters that are trainyard's
 _PG_DRIVERS = ("psycopg", "psycopg2", "pg8000")

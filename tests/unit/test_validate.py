@@ -149,8 +149,8 @@ def test_drift_reference_defaults_to_the_production_models_training_data(tmp_pat
     from pipelines import PipelineSpec, register_pipeline
 
     register_pipeline(PipelineSpec(
-        name="numbers-pipe", description="", framework="torch", source="", label_column="y",
-        make_trainer=lambda **kw: None, data_schema={"columns": {"x": {"type": "float"}}},
+        name="numbers-pipe", description="", framework="torch", source=train.uri,
+        label_column="y", make_trainer=lambda **kw: None, data_schema={"columns": {"x": {"type": "float"}}},
         drift={"threshold": 0.2, "fail": True}), replace=True)
     shifted = _ingest(_numbers(3, shift=2.0), tmp_path, storage, "numbers-new")
     with pytest.raises(DataValidationError) as ei:
