@@ -178,6 +178,11 @@ class RunConfig:
         metrics_reduce: Reduce a metric across all ranks each round, e.g.
             ``{"loss": "mean", "samples": "sum"}`` (``mean``, ``sum``, ``min``, ``max``);
             the values are added next to rank 0's as ``loss_mean``, ``samples_sum``.
+        stop: When to stop early (as Ray Tune): a dict ``{"metric": value}`` (stop once
+            any metric reaches its value, e.g. ``{"training_iteration": 10}``), a function
+            ``f(trial_id, result) -> bool``, or an ``engine.tune.stopper.Stopper``. A stop
+            ends the run as finished, keeping its checkpoints; in a Tuner it applies to
+            every trial.
     """
 
     name: Optional[str] = None
@@ -188,9 +193,11 @@ class RunConfig:
     verbose: int = 1
     storage_filesystem: Any = None
     metrics_reduce: Optional[Dict[str, str]] = None
+    stop: Any = None
 
     def __post_init__(self) -> None:
         _check_metrics_reduce(self.metrics_reduce)
+        _check_stop(self.stop)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
         if self.failure_config is None:
@@ -232,7 +239,34 @@ class RunConfig:
         return (f"RunConfig(name={self.name!r}, storage_path={shown!r}, "
                 f"checkpoint_config={self.checkpoint_config!r}, "
                 f"failure_config={self.failure_config!r}, callbacks={self.callbacks!r}, "
-                f"verbose={self.verbose!r}, metrics_reduce={self.metrics_reduce!r})")
+                f"verbose={self.verbose!r}, metrics_reduce={self.metrics_reduce!r}"
+                + (f", stop={self.stop!r})" if self.stop is not None else ")"))
+
+
+def _check_stop(stop: Any) -> None:
+    """A dict of metric thresholds, a function or a Stopper (any callable; a Stopper is
+    recognised by duck typing, as engine.tune.stopper sits above this module)."""
+    if stop is None:
+        return
+    if isinstance(stop, type):
+        raise ConfigError(f"RunConfig(stop={stop.__name__}) passes the class: pass an "
+                          f"instance, e.g. {stop.__name__}(...).")
+    if isinstance(stop, dict):
+        for key, value in stop.items():
+            if not isinstance(key, str) or isinstance(value, dict):
+                raise ConfigError(
+                    f"RunConfig(stop={stop!r}) is invalid: use flat metric names (nested "
+                    "ones as 'val/acc') mapped to numbers, e.g. {'training_iteration': 10}.")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(
+                    f"RunConfig(stop={{{key!r}: {value!r}}}) is invalid: the value must be "
+                    "a number (the run stops once the metric reaches it).")
+        return
+    if not callable(stop):
+        raise ConfigError(
+            f"RunConfig(stop={stop!r}) is invalid: use a dict like "
+            "{'training_iteration': 10}, a function f(trial_id, result) -> bool, or a "
+            "Stopper from engine.tune.stopper.")
 
 
 def _check_callbacks(callbacks: Any) -> None:

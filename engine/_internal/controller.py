@@ -28,6 +28,7 @@ from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
 from engine._internal.session import TrainContext
+from engine._internal.stopping import stop_hook
 from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
@@ -62,8 +63,9 @@ class Controller:
         self.spec = spec
         self.run_config = spec.run_config
         self.worker_group_cls = worker_group_cls
-        # A tuner's hook: called with each round's metrics, and with None once per poll.
-        self.decide = decide
+        # A tuner's hook: called with each round's metrics, and with None once per poll;
+        # a single fit() gets one from RunConfig(stop=...) (a Tuner applies it itself).
+        self.decide = decide or stop_hook(self.run_config.stop, lambda: self.record.trial_id)
         self.failure_policy = FailurePolicy(self.run_config.failure_config.max_failures)
         self.backend: Backend = spec.backend_config.backend_cls()
         # Defaults (result.json, progress.csv) first, then RunConfig(callbacks=...).
@@ -206,9 +208,12 @@ class Controller:
         stalled = self._check_stall()
         if stalled is not None:
             return self._on_failure(stalled)
-        decision = self._process_rounds()
-        if decision is None and self.decide is not None:
-            decision = self.decide(None)
+        try:
+            decision = self._process_rounds()
+            if decision is None and self.decide is not None:
+                decision = self.decide(None)
+        except FatalError as exc:  # e.g. a stopper that raised: the run fails, no retry
+            return self._on_failure(exc)
         if decision is not None and decision.action is not TrialAction.CONTINUE:
             return self._apply_decision(decision)
         mismatch = self.tracker.mismatch()

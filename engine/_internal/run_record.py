@@ -187,7 +187,19 @@ class RunRecord:
                         tracked.iteration, tracked.dir_name)
 
     def clean_staging(self) -> None:
-        self.storage.delete_dir(join(self.storage.root, constants.STAGING_DIR))
+        """Delete the staging area. A worker killed a moment ago (a stop decision kills
+        the group mid-loop) may still be finishing a file there: retry briefly, then
+        leave it for the next start, which cleans it again."""
+        path = join(self.storage.root, constants.STAGING_DIR)
+        for attempt in range(5):
+            try:
+                self.storage.delete_dir(path)
+                return
+            except (OSError, StorageError) as exc:
+                error = exc
+                time.sleep(0.2 * (attempt + 1))
+        logger.warning("Could not clean %s yet (%s); the next start cleans it.",
+                       self.storage.display(path), error)
 
     # --- snapshots ---------------------------------------------------------------
     def save(self, manager: CheckpointManager) -> None:

@@ -13,5 +13,12 @@ from engine.lightgbm.config import LightGBMConfig, get_network_params
 from engine.lightgbm.predictor import LightGBMPredictor
 from engine.lightgbm.trainer import LightGBMTrainer
 
+from engine.lightgbm.checkpoint import MODEL_FILE as _MODEL_FILE
+
+# Ray's name (ray.train.lightgbm.RayTrainReportCallback), with its CHECKPOINT_NAME.
+RayTrainReportCallback = ReportCallback
+if not hasattr(ReportCallback, "CHECKPOINT_NAME"):
+    ReportCallback.CHECKPOINT_NAME = _MODEL_FILE
+
 __all__ = ["LightGBMTrainer", "LightGBMConfig", "LightGBMCheckpoint", "LightGBMPredictor",
-           "ReportCallback", "get_network_params"]
+           "ReportCallback", "RayTrainReportCallback", "get_network_params"]

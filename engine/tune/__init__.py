@@ -6,28 +6,41 @@
                   tune_config=TuneConfig(metric="loss", mode="min"))
     best = tuner.fit().get_best_result()
 
+Ray Tune's names are here too (``tune.run``, ``tune.report`` inside a function trainable,
+the sampling helpers, ``engine.tune.stopper``, ``engine.tune.logger``,
+``engine.tune.search.optuna``): see docs/porting-from-ray.md.
+
 Optuna is imported only when ``OptunaSearch`` is set up (``pip install 'trainyard[tune]'``).
 """
 
 from __future__ import annotations
 
+from engine.checkpoint import Checkpoint
+from engine.session import get_checkpoint, get_context, report
+from engine.tune import stopper
+from engine.tune._legacy import run, with_parameters
 from engine.tune._trainable import with_resources
+from engine.tune.analysis import ExperimentAnalysis, TuneError
 from engine.tune.optuna_search import OptunaSearch
 from engine.tune.result_grid import ResultGrid
-from engine.tune.schedulers import (ASHAScheduler, FIFOScheduler, MedianStoppingRule,
-                                    PopulationBasedTraining, TrialScheduler)
+from engine.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler, FIFOScheduler,
+                                    MedianStoppingRule, PopulationBasedTraining,
+                                    TrialScheduler)
 from engine.tune.search import (BasicVariantGenerator, Searcher, choice, grid_search,
-                                loguniform, quniform, randint, uniform)
+                                lograndint, loguniform, qlograndint, qloguniform, qrandint,
+                                qrandn, quniform, randint, randn, sample_from, uniform)
+from engine.tune.stopper import Stopper
 from engine.tune.tune_config import TuneConfig
 from engine.tune.tuner import Tuner
 
-# Ray Tune's longer names.
-AsyncHyperBandScheduler = ASHAScheduler
 PBT = PopulationBasedTraining
 
 __all__ = [
     "Tuner", "TuneConfig", "ResultGrid", "grid_search", "choice", "uniform", "quniform",
-    "loguniform", "randint", "FIFOScheduler", "ASHAScheduler", "AsyncHyperBandScheduler",
-    "MedianStoppingRule", "PopulationBasedTraining", "PBT", "TrialScheduler", "OptunaSearch",
-    "Searcher", "BasicVariantGenerator", "with_resources",
+    "loguniform", "qloguniform", "randint", "qrandint", "lograndint", "qlograndint",
+    "randn", "qrandn", "sample_from", "FIFOScheduler", "ASHAScheduler",
+    "AsyncHyperBandScheduler", "MedianStoppingRule", "PopulationBasedTraining", "PBT",
+    "TrialScheduler", "OptunaSearch", "Searcher", "BasicVariantGenerator", "with_resources",
+    "with_parameters", "run", "ExperimentAnalysis", "TuneError", "Stopper", "stopper",
+    "report", "get_checkpoint", "get_context", "Checkpoint",
 ]

@@ -28,6 +28,7 @@ from engine._internal.callback_runner import CallbackRunner
 from engine._internal.controller import (Controller, RunSpec, RunState, TrialAction,
                                          TrialDecision)
 from engine._internal.run_record import RunRecord, _jsonable
+from engine._internal.stopping import StopCheck, make_stopper
 from engine._internal.trial import Trial
 from engine._internal.worker_group import WorkerGroup
 from engine.callbacks import Callback
@@ -106,6 +107,10 @@ class TrialLoop:
         self._lock = threading.RLock()
         self._events: "queue.Queue[tuple]" = queue.Queue()
         self._stop_action: Optional[TrialAction] = None
+        # RunConfig(stop=...): one stopper for every trial (experiment-wide state such as
+        # ExperimentPlateauStopper's); the trials' own run configs carry none.
+        stopper = make_stopper(run_config.stop)
+        self._stopper = StopCheck(stopper) if stopper is not None else None
         self._iteration = 0
         self._params: List[Path] = [p for p, v in leaves(param_space)
                                     if _searched(v)]
@@ -255,7 +260,7 @@ class TrialLoop:
             rc = dataclasses.replace(
                 self.run_config, name=run.dirname, storage_path=self.store.storage.root,
                 storage_filesystem=self.store.storage.fs, callbacks=[_TrialObserver(run)],
-                verbose=0)
+                verbose=0, stop=None)
             info = {"trial_id": run.trial.trial_id, "experiment_id": self.experiment_id,
                     "experiment_tag": run.trial.experiment_tag}
             run.spec = self.trainable.make_spec(run.trial.config, rc, info)
@@ -327,6 +332,11 @@ class TrialLoop:
     def _decide(self, run: TrialRun, metrics: Optional[Dict[str, Any]]
                 ) -> Optional[TrialDecision]:
         with self._lock:
+            if metrics is None and self._stopper is not None and self._stop_action is None \
+                    and self._stopper.all():
+                logger.info("Tuner %s: the stopper's stop_all() is True; stopping all "
+                            "trials.", self.name)
+                self._stop_action = TrialAction.STOP
             if metrics is None or self._stop_action is not None:
                 return self._stop_decision(run)
             trial = run.trial
@@ -335,12 +345,23 @@ class TrialLoop:
             self.searcher.on_trial_result(trial.trial_id, metrics)
             self._callbacks.call("on_trial_result", self._iteration, self.trials, trial,
                                  metrics)
+            if self._stopped(trial.trial_id, metrics):
+                return TrialDecision(TrialAction.STOP)
             decision = self.scheduler.on_trial_result(trial, metrics)
         if isinstance(decision, Exploit):
             return self._exploit(run, decision, metrics)
         if decision == TrialScheduler.STOP:
             return TrialDecision(TrialAction.STOP)
         return None
+
+    def _stopped(self, trial_id: str, metrics: Dict[str, Any]) -> bool:
+        """RunConfig(stop=...) for this trial (checked before the scheduler, as Ray Tune
+        does); its ``stop_all()`` stops every trial and starts no new one."""
+        if self._stopper is None or not self._stopper.trial(trial_id, metrics):
+            return False
+        if self._stop_action is None and self._stopper.all():
+            self._stop_action = TrialAction.STOP
+        return True
 
     def _stop_decision(self, run: TrialRun) -> Optional[TrialDecision]:
         if self._stop_action is None:

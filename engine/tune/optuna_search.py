@@ -123,7 +123,10 @@ def _to_optuna(domain: Domain, optuna: Any) -> Any:
     if isinstance(domain, Categorical):
         return dists.CategoricalDistribution(domain.categories)
     if isinstance(domain, Integer):
-        return dists.IntDistribution(domain.lower, domain.upper - 1)
+        if domain.log and domain.q not in (None, 1):
+            raise ConfigError("OptunaSearch cannot search a quantized log integer range.")
+        return dists.IntDistribution(domain.lower, domain.upper - 1, log=domain.log,
+                                     step=1 if domain.log else (domain.q or 1))
     if isinstance(domain, Float):
         if domain.log and domain.q is None:
             return dists.FloatDistribution(domain.lower, domain.upper, log=True)

@@ -398,5 +398,9 @@ def _perturb(value: Any, mutation: Any, rng: random.Random, resample_p: float,
                       "a function or a dict.")
 
 
-__all__ = ["TrialScheduler", "FIFOScheduler", "ASHAScheduler", "MedianStoppingRule",
-           "PopulationBasedTraining", "Exploit"]
+# Ray Tune's longer names.
+AsyncHyperBandScheduler = ASHAScheduler
+PBT = PopulationBasedTraining
+
+__all__ = ["TrialScheduler", "FIFOScheduler", "ASHAScheduler", "AsyncHyperBandScheduler",
+           "MedianStoppingRule", "PopulationBasedTraining", "PBT", "Exploit"]

@@ -15,15 +15,20 @@ from engine.xgboost.predictor import XGBoostPredictor
 from engine.xgboost.trainer import XGBoostTrainer
 
 __all__ = ["XGBoostTrainer", "XGBoostConfig", "XGBoostCheckpoint", "XGBoostPredictor",
-           "ReportCallback"]
+           "ReportCallback", "RayTrainReportCallback"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ReportCallback":  # subclasses xgboost's TrainingCallback: imports xgboost
+    # ReportCallback subclasses xgboost's TrainingCallback: imports xgboost.
+    # RayTrainReportCallback is Ray's name for it (with CHECKPOINT_NAME and get_model).
+    if name in ("ReportCallback", "RayTrainReportCallback"):
+        from engine.xgboost.checkpoint import MODEL_FILE
         from engine.xgboost.config import import_xgboost
 
         import_xgboost()
         from engine.xgboost.callback import ReportCallback
 
+        if not hasattr(ReportCallback, "CHECKPOINT_NAME"):
+            ReportCallback.CHECKPOINT_NAME = MODEL_FILE
         return ReportCallback
     raise AttributeError(f"module 'engine.xgboost' has no attribute {name!r}")
