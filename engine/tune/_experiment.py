@@ -8,11 +8,13 @@ status. ``tuner_state.json`` is the same for people and tools, with configs as J
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from engine._internal import storage as _storage
 from engine._internal.run_record import _jsonable
+from engine.config import RunConfig
 
 logger = logging.getLogger("engine")
 
@@ -83,3 +85,25 @@ def open_experiment(storage_path: Optional[str], name: str, filesystem: Any = No
 
     base = _storage.Storage.from_path(default_root(storage_path, filesystem), filesystem)
     return ExperimentStore(_storage.Storage(base.fs, _storage.join(base.root, name)))
+
+
+def tuner_callbacks(callbacks: List[Any]) -> List[Any]:
+    """The callbacks the Tuner calls. Every trial's own run already writes the default
+    per-trial files (result.json, progress.csv); a user instance of one of those logger
+    types would write them a second time, so it stands for the default instead."""
+    from engine._internal.callback_runner import default_callbacks
+
+    per_trial = {type(cb) for cb in default_callbacks([])}
+    return [cb for cb in callbacks if type(cb) not in per_trial]
+
+
+def storable_run_config(rc: RunConfig) -> RunConfig:
+    """The RunConfig as saved for a restore: callbacks that do not pickle are left out."""
+    import ray.cloudpickle as cloudpickle
+
+    try:
+        cloudpickle.dumps(rc.callbacks)
+        return rc
+    except Exception:
+        logger.info("RunConfig callbacks cannot be pickled; Tuner.restore() runs without them.")
+        return dataclasses.replace(rc, callbacks=[])

@@ -14,40 +14,37 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from engine import constants
 from engine._internal import storage as _storage
 from engine._internal import trial as _trial
 from engine._internal.callback_runner import CallbackRunner
-from engine._internal.controller import (Controller, RunSpec, RunState, TrialAction,
-                                         TrialDecision)
-from engine._internal.run_record import RunRecord, _jsonable
+from engine._internal.controller import Controller, RunSpec, TrialAction, TrialDecision
+from engine._internal.run_record import _jsonable
 from engine._internal.stopping import StopCheck, make_stopper
 from engine._internal.trial import Trial
 from engine._internal.worker_group import WorkerGroup
 from engine.callbacks import Callback
-from engine.checkpoint import Checkpoint
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
-from engine.tune._experiment import ExperimentStore
+from engine.tune._experiment import ExperimentStore, storable_run_config, tuner_callbacks
 from engine.tune._pool import WorkerGroupPool, group_key
+from engine.tune._pbt import PBT_POLICY_FILE, copy_donor_checkpoint
 from engine.tune._progress import ProgressReporter
+from engine.tune._restore import PAUSED, restore_trials
 from engine.tune._trainable import Trainable
 from engine.tune.schedulers import Exploit, TrialScheduler
 from engine.tune.search import Path, Searcher, get_path, leaves, path_name
+from engine.tune._trial_names import searched, short, trial_tag
 from engine.tune.tune_config import TuneConfig
 
 logger = logging.getLogger("engine")
 
-PAUSED = "PAUSED"
-PBT_POLICY_FILE = "pbt_policy.json"  # in the trial directory: every exploit, in order
 EVENT_WAIT_S = 0.5
 INTERRUPT_WAIT_S = 60.0
 
@@ -113,13 +110,13 @@ class TrialLoop:
         self._stopper = StopCheck(stopper) if stopper is not None else None
         self._iteration = 0
         self._params: List[Path] = [p for p, v in leaves(param_space)
-                                    if _searched(v)]
+                                    if searched(v)]
         progress = ([ProgressReporter(name, tune_config.metric, self._params,
                                       verbose=run_config.verbose)]
                     if run_config.verbose >= 1 else [])
-        self._callbacks = CallbackRunner(progress + _tuner_callbacks(run_config.callbacks
+        self._callbacks = CallbackRunner(progress + tuner_callbacks(run_config.callbacks
                                                                      or []))
-        self._saved_run_config = _storable(run_config)
+        self._saved_run_config = storable_run_config(run_config)
         reuse = tune_config.reuse_actors
         if reuse and not trainable.can_reuse:
             logger.info("reuse_actors=True is ignored for %s: its backend sets up each worker "
@@ -226,7 +223,7 @@ class TrialLoop:
         trial = Trial(trial_id=trial_id, trial_name="", config=config)
         if restored is None:
             trial.evaluated_params = self._evaluated(config)
-            base_tag = _tag(index, trial.evaluated_params)
+            base_tag = trial_tag(index, trial.evaluated_params)
             trial.experiment_tag = base_tag
             creator = self.tune_config.trial_name_creator
             trial.trial_name = str(creator(trial)) if creator \
@@ -374,17 +371,9 @@ class TrialLoop:
         """Copy the donor's checkpoint (outside the lock: it may be large) and restart
         this trial from it with the perturbed config."""
         source = exploit.checkpoint
-        try:
-            local = source.to_directory()
-            marker = os.path.join(local, constants.COMMIT_MARKER)
-            if os.path.exists(marker):
-                os.remove(marker)
-        except Exception as exc:  # the donor dropped it meanwhile (retention)
-            logger.warning("PBT: could not copy %s's checkpoint (%s); %s goes on unchanged.",
-                           exploit.donor.trial_name, exc, run.trial.trial_name)
+        ckpt = copy_donor_checkpoint(exploit, run.trial.trial_name)
+        if ckpt is None:
             return None
-        ckpt = Checkpoint(local, owns_directory=True)
-        ckpt.metrics = dict(source.metrics or {})
         with self._lock:
             trial = run.trial
             old = trial.config
@@ -393,7 +382,7 @@ class TrialLoop:
             changed = {path_name(p): v for p, v in leaves(exploit.config)
                        if p and get_path(old, p) != v}
             trial.experiment_tag = (f"{run.base_tag}@perturbed"
-                                    f"[{','.join(f'{k}={_short(v)}' for k, v in changed.items())}]")
+                                    f"[{','.join(f'{k}={short(v)}' for k, v in changed.items())}]")
             trial.checkpoint = source
             run.exploits.append({
                 "training_iteration": metrics.get("training_iteration"),
@@ -440,47 +429,13 @@ class TrialLoop:
     # --- restore ----------------------------------------------------------------------
     def restore(self, trials: List[Dict[str, Any]], resume_unfinished: bool = True,
                 resume_errored: bool = False, restart_errored: bool = False) -> None:
-        """Take back the trials of a saved state: finished ones keep their results,
-        unfinished (and with ``resume_errored``, failed) ones continue from their latest
-        checkpoint, ``restart_errored`` ones start over."""
-        for saved in trials:
-            run = self.new_run(saved["index"], saved["trial_id"], saved["config"],
-                               restored=saved)
-            self.runs.append(run)
-            self.scheduler.on_trial_add(run.trial)
-            status = saved["status"]
-            record_state = self._record_state(run)
-            if record_state == RunState.FINISHED.value:
-                self.finish_run(run, self._stored_result(run, None), notify=False)
-                self.scheduler.on_trial_complete(run.trial, run.result.metrics)
-            elif status == _trial.ERROR and not (resume_errored or restart_errored):
-                error = TrainingFailedError(saved.get("error") or "the trial failed")
-                self.finish_run(run, self._stored_result(run, error), notify=False)
-            elif status == _trial.ERROR and restart_errored:
-                run.trial.storage.delete_dir(run.trial.storage.root)
-                self._requeue(run)
-            elif status != _trial.ERROR and not resume_unfinished \
-                    and record_state is not None:
-                run.trial.status = PAUSED
-                self.finish_run(run, self._stored_result(run, None), notify=False)
-            else:
-                self._requeue(run)
+        """Take back the trials of a saved state (see :func:`restore_trials`)."""
+        restore_trials(self, trials, resume_unfinished=resume_unfinished,
+                       resume_errored=resume_errored, restart_errored=restart_errored)
 
-    def _requeue(self, run: TrialRun) -> None:
+    def requeue(self, run: TrialRun) -> None:
         run.trial.status = _trial.PENDING
         self._pending.append(run)
-
-    def _record_state(self, run: TrialRun) -> Optional[str]:
-        st = run.trial.storage
-        data = st.read_json(_storage.join(st.root, constants.RUN_STATE_FILE))
-        return None if data is None else data.get("state")
-
-    def _stored_result(self, run: TrialRun, error: Optional[BaseException]) -> Result:
-        """The Result a trial's run record holds, without running anything."""
-        spec = self.spec_of(run)
-        record = RunRecord(run.trial.storage, run.dirname)
-        return record.stored_result(spec.run_config.checkpoint_config,
-                                    spec.train_loop_config, error)
 
     # --- state -----------------------------------------------------------------------
     def _save(self) -> None:
@@ -493,43 +448,3 @@ class TrialLoop:
             self.store.save(state)
 
 
-def _tuner_callbacks(callbacks: List[Any]) -> List[Any]:
-    """The callbacks the Tuner calls. Every trial's own run already writes the default
-    per-trial files (result.json, progress.csv); a user instance of one of those logger
-    types would write them a second time, so it stands for the default instead."""
-    from engine._internal.callback_runner import default_callbacks
-
-    per_trial = {type(cb) for cb in default_callbacks([])}
-    return [cb for cb in callbacks if type(cb) not in per_trial]
-
-
-def _storable(rc: RunConfig) -> RunConfig:
-    """The RunConfig as saved for a restore: callbacks that do not pickle are left out."""
-    import ray.cloudpickle as cloudpickle
-
-    try:
-        cloudpickle.dumps(rc.callbacks)
-        return rc
-    except Exception:
-        logger.info("RunConfig callbacks cannot be pickled; Tuner.restore() runs without them.")
-        return dataclasses.replace(rc, callbacks=[])
-
-
-def _searched(value: Any) -> bool:
-    from engine.tune.search import Domain, is_grid
-
-    return is_grid(value) or isinstance(value, Domain)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value)
-    return text if len(text) <= 20 else text[:17] + "..."
-
-
-def _tag(index: int, params: Dict[str, Any]) -> str:
-    if not params:
-        return str(index)
-    return f"{index}_" + ",".join(f"{k.rsplit('/', 1)[-1]}={_short(v)}"
-                                  for k, v in params.items())
