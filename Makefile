@@ -6,6 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trainyard-installed
 # Horovod is built from its patched sdist (not on the "all" extra); the wheel is cached.
 HOROVOD_STAMP := $(VENV)/.horovod-installed
+# Independent test modules run in parallel on 2 xdist workers (one local Ray each); a
+# module stays on one worker (tests/conftest.py groups by module). PYTEST_XDIST= runs
+# serially; PYTEST_ARGS adds to it (e.g. PYTEST_ARGS="tests/unit -x").
+PYTEST_XDIST ?= -n 2 --dist loadgroup
 PYTEST_ARGS ?=
 
 .PHONY: run test bench venv constraints clean
@@ -28,7 +32,7 @@ run: $(STAMP)
 # The layer contracts ([tool.importlinter] in pyproject.toml) first: seconds, no Ray.
 test: $(STAMP) $(HOROVOD_STAMP)
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m bench.run $(if $(QUICK),--quick,)

@@ -34,7 +34,9 @@ DIST, VERSION = "own-pipeline-example", "0.3.1"
 XGB, TORCH = "churn_xgboost", "churn_torch"
 HEAVY = ("torch", "tensorflow", "ray", "xgboost", "lightgbm", "transformers")
 
-pytestmark = [pytest.mark.slow]
+# It pip-installs into the shared venv, which every xdist worker imports from: one group,
+# so that no other test that installs into the venv can ever run beside it (tests/README.md).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shared_venv")]
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:
