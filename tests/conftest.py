@@ -24,28 +24,13 @@ def _cuda_available() -> bool:
         return False
 
 
-# tryfirst: the default xdist groups must be on the items before xdist's own hook (on
-# each worker) appends the group name to the node ids under ``--dist loadgroup``.
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    _group_by_module(items)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run on a GPU machine (marker 'gpu')")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-def _group_by_module(items) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (``make test``) every test module runs on
-    one xdist worker, so that its module-scoped fixtures (a trained run, an Airflow home,
-    a Prefect flow run) are built once, as in a serial run. A test module or test that
-    sets ``pytest.mark.xdist_group("name")`` itself joins that group instead: tests of
-    several modules that must share one worker (see tests/README.md)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")
