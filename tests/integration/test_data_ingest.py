@@ -264,7 +264,10 @@ _BIG_SCRIPT = textwrap.dedent('''
 
     repo, storage, rows, width = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     store = 80 * 2**20
-    ray.init(num_cpus=4, object_store_memory=store, _node_ip_address="127.0.0.1",
+    # "local": its own instance, never a cluster that a ray_current_cluster file of
+    # another test (`ray start`, on the other xdist worker) names.
+    ray.init(address="local", num_cpus=4, object_store_memory=store,
+             _node_ip_address="127.0.0.1",
              include_dashboard=False, configure_logging=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": repo}})
     import ray.data

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -41,10 +43,18 @@ def cluster_runs(s3_server, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("multinode")
     out, log = str(out_dir / "result.json"), str(out_dir / "driver.log")
     storage = s3_server.uri(f"multinode/{os.getpid()}-{int(time.time())}")
-    with open(log, "wb") as fh:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), storage, out,
-                               str(out_dir / "markers")], env=driver_env(), cwd=REPO,
-                              stdout=fh, stderr=subprocess.STDOUT, timeout=540)
+    # Its own Ray temp dir (short: Ray's socket paths): the Cluster writes the head's
+    # address to <temp dir>/ray/ray_current_cluster, which a plain ray.init() elsewhere
+    # (an example script on the other xdist worker) would otherwise join, then or later.
+    env = driver_env()
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="tymn", dir="/tmp")
+    try:
+        with open(log, "wb") as fh:
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), storage, out,
+                                   str(out_dir / "markers")], env=env, cwd=REPO,
+                                  stdout=fh, stderr=subprocess.STDOUT, timeout=540)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
     if proc.returncode != 0 or not os.path.exists(out):
         tail = open(log, errors="replace").read()[-8000:]
         pytest.fail(f"multi-node driver exited {proc.returncode}; log {log}:\n{tail}")

@@ -34,6 +34,10 @@ DIST, VERSION = "own-pipeline-example", "0.3.1"
 XGB, TORCH = "churn_xgboost", "churn_torch"
 HEAVY = ("torch", "tensorflow", "ray", "xgboost", "lightgbm", "transformers")
 
+# It pip-installs into the shared venv, which every xdist worker imports from: under
+# `make test` (--dist loadfile) this module runs on one worker, and it must stay the only
+# module that installs into the venv, so that no two installs ever run at once
+# (tests/README.md).
 pytestmark = [pytest.mark.slow]
 
 
