@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,11 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     env.pop("RAY_ADDRESS", None)
     env["TRAINYARD_STORAGE_PATH"] = str(tmp_path)
     env["TRAINYARD_RAY_NUM_CPUS"] = "4"
+    # The scripts call a plain ray.init(), which joins the cluster named in
+    # <RAY_TMPDIR>/ray_current_cluster: a `ray start` that a test on the other xdist
+    # worker left there must not be it. A short path: Ray's socket names must fit.
+    ray_tmp = tempfile.mkdtemp(prefix="rayex", dir="/tmp")
+    env["RAY_TMPDIR"] = ray_tmp
     try:
         proc = subprocess.run(
             [sys.executable, str(script.relative_to(REPO_ROOT))], cwd=REPO_ROOT, env=env,
@@ -29,6 +36,8 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
             else (exc.stderr or "")
         pytest.fail(f"{script.name} ran past 180 s.\n--- stderr (tail) ---\n{stderr[-4000:]}")
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, (
         f"{script.name} exited with {proc.returncode}.\n"
         f"--- stdout (tail) ---\n{proc.stdout[-2000:]}\n"
