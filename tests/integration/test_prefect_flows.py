@@ -392,12 +392,13 @@ EVENTS_SCHEMA = {"columns": {"x": {"type": "float", "nullable": False, "min": 0,
 
 
 @pytest.fixture
-def events_pipeline():
+def events_pipeline(tmp_path):
     from pipelines import PipelineSpec, register_pipeline
 
+    # The tests pass their own partitioned source; the spec's default is never read.
     register_pipeline(PipelineSpec(
         name="events-test", description="partitioned events", framework="sklearn",
-        source="", label_column="kind", make_trainer=lambda **kw: None,
+        source=str(tmp_path / "events-default"), label_column="kind", make_trainer=lambda **kw: None,
         data_schema=EVENTS_SCHEMA), replace=True)
     return "events-test"
 
