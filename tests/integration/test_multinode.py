@@ -120,7 +120,10 @@ def test_a_removed_node_is_recovered_on_a_readded_node(cluster_runs):
     nodes = runs["nodes"]
     assert fail["error"] is None, fail["error"]
     assert nodes["removed"] in nodes["initial"] and nodes["added"] not in nodes["initial"]
-    assert fail["num_failures"] == 1
+    # One failure for the removed node. Under load, the restarted group may be placed on
+    # that node before Ray has marked it dead, which costs one more restart (the run
+    # allows max_failures=2); a third would fail the run and the assert above.
+    assert 1 <= fail["num_failures"] <= 2
     # Training resumed from a checkpoint (not from scratch) and finished every epoch once.
     assert fail["metrics"]["epoch"] == FAIL_EPOCHS - 1
     assert 0 < fail["metrics"]["iterations_since_restore"] < FAIL_EPOCHS
