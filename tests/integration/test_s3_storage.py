@@ -21,6 +21,7 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.exceptions import StorageError
 from engine.torch import TorchTrainer
 from tests.conftest import FAKE_AWS_SECRET
+from tests.ray_logs import ray_log_text
 
 SCORES = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
 MARKER = constants.COMMIT_MARKER
@@ -222,20 +223,6 @@ def test_missing_bucket_fails_before_any_worker_starts(ray_start_4_cpus, s3_serv
     assert FAKE_AWS_SECRET not in message and "endpoint_override" not in message
 
 
-def _ray_log_text() -> str:
-    import ray
-
-    logs = ray._private.worker._global_node.get_logs_dir_path()
-    chunks = []
-    for root, _dirs, files in os.walk(logs):
-        for name in files:
-            try:
-                with open(os.path.join(root, name), "rb") as f:
-                    chunks.append(f.read().decode("utf-8", "replace"))
-            except OSError:
-                pass
-    return "\n".join(chunks)
-
 
 def test_credentials_never_show(ray_start_4_cpus, s3_server, caplog, capfd):
     """Credentials in the storage URI itself (and the env ones) appear in no error
@@ -270,7 +257,7 @@ def test_credentials_never_show(ray_start_4_cpus, s3_server, caplog, capfd):
         "result": repr(result) + result.path + repr(result.best_checkpoints),
         "record": record_text, "log records": caplog.text,
         "stdout/stderr (incl. worker output)": captured.out + captured.err,
-        "ray logs": _ray_log_text(),
+        "ray logs": ray_log_text(),
     }
     assert "planned failure" in texts["error"] and "does not exist" in texts["storage error"]
     assert texts["ray logs"] and "secrets/checkpoint_000001" in texts["result"]

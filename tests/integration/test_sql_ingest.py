@@ -16,6 +16,7 @@ import pytest
 
 from engine.exceptions import ConfigError
 from tasks import _datasets, core
+from tests.ray_logs import ray_log_text
 
 ROWS = 1_000_000
 LOAD = """INSERT INTO events SELECT g, g::double precision * 0.5,
@@ -102,20 +103,6 @@ def test_table_and_query_give_the_rows_and_fingerprint_of_parquet(pg, ray_sessio
     assert pa.Table.from_batches(list(_datasets.scan(part))).equals(expected)
 
 
-def _ray_log_text() -> str:
-    import ray
-
-    logs = os.path.join(ray._private.worker._global_node.get_session_dir_path(), "logs")
-    chunks = []
-    for root, _dirs, files in os.walk(logs):
-        for name in files:
-            try:
-                with open(os.path.join(root, name), "rb") as f:
-                    chunks.append(f.read().decode("utf-8", "replace"))
-            except OSError:
-                pass
-    return "\n".join(chunks)
-
 
 def test_credentials_never_reach_a_reference_a_manifest_an_error_or_a_log(
         pg, ray_session, tmp_path, caplog, capfd):
@@ -138,7 +125,7 @@ def test_credentials_never_reach_a_reference_a_manifest_an_error_or_a_log(
     captured = capfd.readouterr()
     texts = {"references": ref.to_json() + query.to_json(), "manifests": "".join(manifests),
              "errors": "\n".join(errors), "log records": caplog.text,
-             "stdout/stderr": captured.out + captured.err, "ray logs": _ray_log_text()}
+             "stdout/stderr": captured.out + captured.err, "ray logs": ray_log_text()}
     assert "does not exist" in texts["errors"] and texts["ray logs"]
     for what, text in texts.items():
         assert pg.password not in text, f"the database password leaked into {what}"
