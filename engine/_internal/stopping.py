@@ -18,6 +18,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Union
 
 from engine._internal.failure_policy import FatalError
 from engine._internal.run_spec import TrialAction, TrialDecision
+from engine._internal.worker_metrics import lookup
 from engine.exceptions import ConfigError
 
 logger = logging.getLogger("engine")
@@ -261,7 +262,7 @@ class DictStopper(Stopper):
 
     def __call__(self, trial_id: str, result: Result) -> bool:
         if trial_id not in self._checked:
-            missing = [k for k in self.criteria if _lookup(result, k) is _MISSING]
+            missing = [k for k in self.criteria if lookup(result, k, _MISSING) is _MISSING]
             if missing:
                 shown = sorted(k for k in result if k != "config")
                 raise StopperError(
@@ -270,7 +271,7 @@ class DictStopper(Stopper):
                     "'training_iteration'.")
             self._checked.add(trial_id)
         for key, limit in self.criteria.items():
-            value = _lookup(result, key)
+            value = lookup(result, key, _MISSING)
             if value is not _MISSING and value is not None and value >= limit:
                 return True
         return False
@@ -282,15 +283,6 @@ class DictStopper(Stopper):
 _MISSING = object()
 
 
-def _lookup(result: Result, key: str) -> Any:
-    if key in result:
-        return result[key]
-    node: Any = result
-    for part in key.split("/"):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
 
 
 def _std(values: List[Any]) -> float:

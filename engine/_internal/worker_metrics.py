@@ -13,7 +13,7 @@ def reduce_metrics(all_metrics: List[Dict[str, Any]], spec: Optional[Mapping[str
     nested dicts). NaN propagates, as in numpy."""
     out: Dict[str, float] = {}
     for key, op in (spec or {}).items():
-        values = [v for v in (_lookup(m, key) for m in all_metrics) if _is_number(v)]
+        values = [v for v in (lookup(m, key) for m in all_metrics) if _is_number(v)]
         if not values:
             continue
         if op == "mean":
@@ -41,13 +41,15 @@ def worker_rows(history: List[Dict[str, Any]], worker_history: List[List[Dict[st
     return rows
 
 
-def _lookup(metrics: Dict[str, Any], key: str) -> Any:
+def lookup(metrics: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """``metrics[key]``, also reaching into nested dicts with ``a/b``; ``default`` when
+    there is no such metric."""
     if key in metrics:
         return metrics[key]
     value: Any = metrics
     for part in key.split("/"):
         if not isinstance(value, dict) or part not in value:
-            return None
+            return default
         value = value[part]
     return value
 
