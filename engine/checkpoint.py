@@ -87,6 +87,73 @@ class Checkpoint:
             _dump_dict(data, f)
         return cls(tmp, owns_directory=True)
 
+    @classmethod
+    def from_uri(cls, uri: str) -> "Checkpoint":
+        """A checkpoint stored at ``uri`` (``s3://…``, ``gs://…``, ``memory://…`` or a
+        local path), as in Ray AIR."""
+        uri = os.fspath(uri)
+        if not _storage.is_uri(uri):
+            return cls.from_directory(uri)
+        return cls(uri)
+
+    def to_uri(self, uri: str) -> str:
+        """Copy the checkpoint's files to ``uri`` (a URI or local path) and return it.
+
+        Raises:
+            CheckpointError: ``uri`` already holds files (nothing is overwritten).
+        """
+        uri = os.fspath(uri)
+        if not _storage.is_uri(uri):
+            uri = os.path.abspath(os.path.expanduser(uri))
+        dest = _storage.Storage.from_path(uri)
+        if dest.list_files(dest.root):
+            raise CheckpointError(
+                f"Checkpoint.to_uri({uri!r}): the target already holds files; pick an "
+                "empty location (nothing was overwritten).")
+        with self.as_directory() as local_dir:
+            dest.upload_dir(local_dir, dest.root)
+        return uri
+
+    # --- metadata ---------------------------------------------------------------
+    def get_metadata(self) -> Dict[str, Any]:
+        """The checkpoint's metadata dict (``{}`` when none was set), as in Ray."""
+        storage = _storage.Storage(self.filesystem, self.path)
+        return storage.read_json(self._metadata_path()) or {}
+
+    def set_metadata(self, metadata: Dict[str, Any]) -> None:
+        """Replace the checkpoint's metadata with ``metadata`` (JSON-able values), kept
+        in a ``.metadata.json`` file inside the checkpoint as Ray keeps it.
+
+        Raises:
+            CheckpointError: ``metadata`` is not a dict of JSON-able values.
+        """
+        import json
+
+        if not isinstance(metadata, dict):
+            raise CheckpointError(f"Checkpoint.set_metadata() takes a dict, got "
+                                  f"{type(metadata).__name__}.")
+        try:
+            json.dumps(metadata)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"Checkpoint metadata must be JSON-serialisable ({exc}): store numbers, "
+                "strings, lists and dicts, and put other objects in the checkpoint's "
+                "files.") from None
+        storage = _storage.Storage(self.filesystem, self.path)
+        storage.write_json_atomic(self._metadata_path(), metadata)
+
+    def update_metadata(self, metadata: Dict[str, Any]) -> None:
+        """Merge ``metadata`` into the checkpoint's metadata (keys given win)."""
+        if not isinstance(metadata, dict):
+            raise CheckpointError(f"Checkpoint.update_metadata() takes a dict, got "
+                                  f"{type(metadata).__name__}.")
+        merged = self.get_metadata()
+        merged.update(metadata)
+        self.set_metadata(merged)
+
+    def _metadata_path(self) -> str:
+        return _storage.join(self.path, constants.CHECKPOINT_METADATA_FILE)
+
     # --- readers ---------------------------------------------------------------
     @property
     def is_local(self) -> bool:

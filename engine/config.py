@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from engine._internal.uris import redact
 from engine.constants import METRICS_REDUCE_OPS
@@ -106,11 +106,19 @@ class CheckpointConfig:
             arrives). ``None`` keeps all; ``0`` writes none.
         checkpoint_score_attribute: Metric ranking checkpoints; ``None`` ranks by age.
         checkpoint_score_order: ``"max"`` or ``"min"``.
+        checkpoint_frequency: For trainers with a built-in loop (XGBoost, LightGBM,
+            RLlib): checkpoint every this many iterations; ``0`` (default) leaves it to
+            the trainer's own setting. A ``train_loop_per_worker`` checkpoints when it
+            calls ``report(..., checkpoint=...)``, so it cannot take one.
+        checkpoint_at_end: For trainers with a built-in loop: checkpoint the last
+            iteration (``None``: the trainer's own setting, True for all of them).
     """
 
     num_to_keep: Optional[int] = None
     checkpoint_score_attribute: Optional[str] = None
     checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.num_to_keep is not None and (
@@ -131,6 +139,28 @@ class CheckpointConfig:
                 f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) "
                 "is unknown: use 'max' or 'min'."
             )
+        freq = self.checkpoint_frequency
+        if isinstance(freq, bool) or not isinstance(freq, int) or freq < 0:
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_frequency={freq!r}) is invalid: use an "
+                "integer >= 0 (0: only the trainer's own checkpoints).")
+        if self.checkpoint_at_end not in (None, True, False):
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_at_end={self.checkpoint_at_end!r}) is "
+                "invalid: use True, False or None (the trainer's default).")
+
+    @property
+    def sets_builtin_loop(self) -> bool:
+        """Whether ``checkpoint_frequency`` or ``checkpoint_at_end`` was given."""
+        return self.checkpoint_frequency != 0 or self.checkpoint_at_end is not None
+
+    def builtin_loop_checkpointing(self, trainer: str, frequency: int, at_end: bool
+                                   ) -> Tuple[int, bool]:
+        """A built-in loop's ``(frequency, at_end)``: these fields where given (Ray's
+        place for them), else the trainer's own arguments (``trainer`` names it)."""
+        freq = self.checkpoint_frequency or frequency
+        end = at_end if self.checkpoint_at_end is None else self.checkpoint_at_end
+        return freq, end
 
 
 @dataclass
@@ -140,13 +170,25 @@ class FailureConfig:
     Args:
         max_failures: Retries before ``fit()`` raises; ``-1`` retries forever,
             ``0`` fails at the first error.
-        fail_fast: Accepted for compatibility; same as ``max_failures=0`` when True.
+        fail_fast: In a Tuner, end the experiment at the first trial that fails: the
+            running trials stop and no new one starts (``fit()`` returns the results);
+            ``"raise"`` also raises that trial's error from ``fit()``. A failing run is
+            not retried (it implies ``max_failures=0``, as in Ray).
     """
 
     max_failures: int = 0
-    fail_fast: bool = False
+    fail_fast: Union[bool, str] = False
 
     def __post_init__(self) -> None:
+        if self.fail_fast not in (True, False, "raise"):
+            raise ConfigError(
+                f"FailureConfig(fail_fast={self.fail_fast!r}) is invalid: use True, False "
+                "or 'raise'.")
+        if self.fail_fast and self.max_failures not in (0, None):
+            raise ConfigError(
+                f"FailureConfig(fail_fast={self.fail_fast!r}, max_failures="
+                f"{self.max_failures!r}): a fail-fast run is not retried; drop "
+                "max_failures or set it to 0.")
         if not isinstance(self.max_failures, int) or self.max_failures < -1:
             raise ConfigError(
                 f"FailureConfig(max_failures={self.max_failures!r}) is invalid: use -1 "
@@ -183,6 +225,11 @@ class RunConfig:
             ``f(trial_id, result) -> bool``, or an ``engine.tune.stopper.Stopper``. A stop
             ends the run as finished, keeping its checkpoints; in a Tuner it applies to
             every trial.
+        log_to_file: Write each worker's stdout and stderr (what Python code prints)
+            to files in the run directory, as Ray Tune does: ``True`` (files ``stdout``
+            and ``stderr``), one file name (both streams into it), or a tuple
+            ``(stdout_name, stderr_name)``. Rank 0 writes the names given; rank ``r``
+            > 0 writes ``<name>.rank<r>``. The output still reaches the console.
     """
 
     name: Optional[str] = None
@@ -194,9 +241,11 @@ class RunConfig:
     storage_filesystem: Any = None
     metrics_reduce: Optional[Dict[str, str]] = None
     stop: Any = None
+    log_to_file: Union[bool, str, Tuple[str, str]] = False
 
     def __post_init__(self) -> None:
         _check_metrics_reduce(self.metrics_reduce)
+        log_file_names(self.log_to_file)
         _check_stop(self.stop)
         if self.checkpoint_config is None:
             self.checkpoint_config = CheckpointConfig()
@@ -240,7 +289,35 @@ class RunConfig:
                 f"checkpoint_config={self.checkpoint_config!r}, "
                 f"failure_config={self.failure_config!r}, callbacks={self.callbacks!r}, "
                 f"verbose={self.verbose!r}, metrics_reduce={self.metrics_reduce!r}"
-                + (f", stop={self.stop!r})" if self.stop is not None else ")"))
+                + (f", stop={self.stop!r}" if self.stop is not None else "")
+                + (f", log_to_file={self.log_to_file!r})" if self.log_to_file else ")"))
+
+
+def log_file_names(log_to_file: Any) -> Optional[Tuple[str, str]]:
+    """``RunConfig(log_to_file=...)`` as ``(stdout_name, stderr_name)``, or None when
+    off; the same name twice means one file for both streams.
+
+    Raises:
+        ConfigError: anything but a bool, a file name or a pair of file names.
+    """
+    if log_to_file is False or log_to_file is None:
+        return None
+    if log_to_file is True:
+        return ("stdout", "stderr")
+    names = (log_to_file, log_to_file) if isinstance(log_to_file, str) else log_to_file
+    if isinstance(names, list):
+        names = tuple(names)
+    if not (isinstance(names, tuple) and len(names) == 2
+            and all(isinstance(n, str) and n.strip() for n in names)):
+        raise ConfigError(
+            f"RunConfig(log_to_file={log_to_file!r}) is invalid: use True, a file name "
+            "('output.log') or a pair of names ('out.log', 'err.log').")
+    for name in names:
+        if os.path.isabs(name) or ".." in name.replace("\\", "/").split("/"):
+            raise ConfigError(
+                f"RunConfig(log_to_file={log_to_file!r}): {name!r} must be a name inside "
+                "the run directory (no absolute path, no '..').")
+    return names
 
 
 def _check_stop(stop: Any) -> None:

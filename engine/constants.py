@@ -113,6 +113,10 @@ RUN_STATE_FILE = "run_state.json"
 RUN_STATE_VERSION = 1
 DICT_CHECKPOINT_FILE = "dict_checkpoint.pkl"
 MODEL_CARD_FILE = "model_card.json"
+# Checkpoint.set_metadata() (Ray keeps it under the same name).
+CHECKPOINT_METADATA_FILE = ".metadata.json"
+# Where Trainer.fit() keeps the trainer for Trainer.restore(path).
+TRAINER_STATE_FILE = "trainer.pkl"
 
 # Driver-side loggers. result.json and progress.csv are written for every fit() unless
 # this is set to 1 (callbacks passed in RunConfig(callbacks=...) still run).

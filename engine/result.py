@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -79,6 +80,79 @@ class Result:
         from engine._internal.plotting import plot_results
 
         return plot_results([self], metrics, path, self.path, x)
+
+    @classmethod
+    def from_path(cls, path: str, storage_filesystem: Any = None) -> "Result":
+        """The Result of a run stored at ``path`` (its run directory, a local path or a
+        URI), read without running anything: metrics, checkpoints, history, config and,
+        for a failed run, its error as a ``TrainingFailedError``.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no run record (``run_state.json``).
+        """
+        from engine import constants
+        from engine._internal import storage as _storage
+        from engine.exceptions import TrainingFailedError
+
+        path = os.fspath(path)
+        if not _storage.is_uri(path):
+            path = os.path.abspath(os.path.expanduser(path))
+        storage = _storage.Storage.from_path(path.rstrip("/") or "/", storage_filesystem)
+        data = storage.read_json(_storage.join(storage.root, constants.RUN_STATE_FILE))
+        if data is None:
+            raise FileNotFoundError(
+                f"Result.from_path({path!r}): no {constants.RUN_STATE_FILE} there. Pass a "
+                "run directory (Result.path of a fit(), or a trial directory of a Tuner).")
+        # The record lists only committed checkpoints that retention kept.
+        tracked = sorted((data.get("checkpoints") or {}).get("checkpoints") or [],
+                         key=lambda t: t["index"])
+        ckpts = []
+        for t in tracked:
+            ckpt = Checkpoint(_storage.join(storage.root, t["dir_name"]), storage.fs)
+            ckpt.metrics = t.get("metrics") or {}
+            ckpts.append(ckpt)
+        history = list(data.get("history") or [])
+        metrics = dict(history[-1]) if history else {}
+        if metrics:
+            metrics["config"] = data.get("config") or {}
+            metrics["done"] = data.get("state") == "FINISHED"
+        error = (TrainingFailedError(data.get("error") or "the run failed")
+                 if data.get("state") == "ERRORED" else None)
+        return cls(metrics=metrics, checkpoint=ckpts[-1] if ckpts else None,
+                   best_checkpoints=[(c, c.metrics) for c in ckpts], error=error,
+                   path=storage.display(), config=data.get("config"),
+                   num_failures=int(data.get("failures", 0)), history=history,
+                   worker_history=list(data.get("worker_history") or []))
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
+        """The kept checkpoint whose reported ``metric`` is best (``mode`` "max" or
+        "min"; nested metrics as ``"val/acc"``); NaN ranks worst.
+
+        Raises:
+            ValueError: ``mode`` is not "max"/"min".
+            RuntimeError: The run kept no checkpoint, or none was reported with
+                ``metric`` (the message lists the metrics that were).
+        """
+        from engine._internal.checkpoint_manager import _lookup
+        from engine.config import score_is_better
+
+        if mode not in ("max", "min"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}): use 'max' or 'min'.")
+        if not self.best_checkpoints:
+            raise RuntimeError(f"The run at {self.path!r} kept no checkpoint.")
+        best: Optional[Tuple[Checkpoint, Any]] = None
+        for ckpt, metrics in self.best_checkpoints:
+            value = _lookup(metrics or {}, metric)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if best is None or score_is_better(value, best[1], mode):
+                best = (ckpt, value)
+        if best is None:
+            names = sorted({k for _, m in self.best_checkpoints for k in (m or {})})
+            raise RuntimeError(
+                f"No checkpoint of {self.path!r} was reported with a numeric {metric!r}; "
+                f"its checkpoints' metrics are: {names}.")
+        return best[0]
 
     def __repr__(self) -> str:
         shown = {k: v for k, v in self.metrics.items() if k != "config"}

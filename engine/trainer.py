@@ -21,6 +21,44 @@ class BaseTrainer:
     def fit(self) -> Result:
         raise NotImplementedError
 
+    @classmethod
+    def restore(cls, path: str, datasets: Optional[Dict[str, Any]] = None, *,
+                storage_filesystem: Any = None, **kwargs: Any) -> "BaseTrainer":
+        """The trainer whose ``fit()`` ran in ``path``, set up so that ``fit()``
+        resumes that run from its latest checkpoint (a finished run returns its Result).
+
+        Args:
+            path: The run directory (``Result.path``): local path or URI.
+            datasets: Datasets to pass again; those given as paths were kept, the
+                others (Ray Datasets, DataFrames) must be given.
+            storage_filesystem: The ``pyarrow.fs`` filesystem of ``path``, if needed.
+            **kwargs: Replace ``train_loop_per_worker``, ``train_loop_config``,
+                ``scaling_config``, ``preprocessor`` or ``resume_from_checkpoint``.
+
+        Raises:
+            FileNotFoundError: ``path`` holds no trainer (see :meth:`can_restore`).
+            ConfigError: another trainer class wrote it, or a dataset is missing.
+        """
+        from engine._internal.trainer_state import restore_trainer
+
+        return restore_trainer(cls, path, datasets, storage_filesystem, kwargs)
+
+    @classmethod
+    def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` is a run directory that :meth:`restore` can resume."""
+        from engine._internal.trainer_state import can_restore
+
+        return can_restore(path, storage_filesystem)
+
+    def _run_and_keep(self, spec: RunSpec) -> Result:
+        """Run ``spec``, first keeping this trainer in the run directory for
+        :meth:`restore`."""
+        from engine._internal.trainer_state import save_trainer
+
+        controller = Controller(spec)
+        save_trainer(self, controller.storage)
+        return controller.run()
+
 
 class DataParallelTrainer(BaseTrainer):
     """Runs ``train_loop_per_worker`` on ``num_workers`` Ray actors.
@@ -125,8 +163,25 @@ class DataParallelTrainer(BaseTrainer):
             f"models and cannot resume from it. Resume with the {found!r} trainer, or start "
             "without resume_from_checkpoint.", found, self._framework)
 
+    #: Trainers whose own loop reports (XGBoost, LightGBM, sklearn) honour
+    #: CheckpointConfig(checkpoint_frequency, checkpoint_at_end); a train_loop_per_worker
+    #: checkpoints where it calls report(checkpoint=...).
+    def _builtin_loop(self) -> bool:
+        return False
+
+    def _check_checkpoint_config(self) -> None:
+        cc = self.run_config.checkpoint_config
+        if cc is not None and cc.sets_builtin_loop and not self._builtin_loop():
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_frequency={cc.checkpoint_frequency}, "
+                f"checkpoint_at_end={cc.checkpoint_at_end}) is for trainers with a built-in "
+                f"loop (XGBoost/LightGBM with label_column=..., RLTrainer); "
+                f"{type(self).__name__} runs your train_loop_per_worker, which checkpoints "
+                "when it calls engine.report(metrics, checkpoint=...): drop the two fields.")
+
     def _run_spec(self) -> RunSpec:
         self._check_resume_checkpoint()
+        self._check_checkpoint_config()
         datasets = self.datasets
         if self.preprocessor is not None:
             from engine._internal.data import prepare_datasets
@@ -170,7 +225,7 @@ class DataParallelTrainer(BaseTrainer):
 
     def fit(self) -> Result:
         """Run training to the end and return its :class:`Result`."""
-        return Controller(self._run_spec()).run()
+        return self._run_and_keep(self._run_spec())
 
 
 def _check_train_func(train_func: Callable) -> None:

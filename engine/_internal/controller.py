@@ -27,11 +27,13 @@ from engine._internal.report_handler import ReportHandler, Round, UserCallbacks
 from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
+from engine._internal.output_capture import OutputFiles
 from engine._internal.session import TrainContext
 from engine._internal.stopping import stop_hook
 from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
+from engine.config import log_file_names
 from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
@@ -176,6 +178,7 @@ class Controller:
 
             shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
+        log_names = log_file_names(self.run_config.log_to_file)
         session_args = []
         for rank, meta in enumerate(group.meta):
             ctx = TrainContext(
@@ -189,6 +192,7 @@ class Controller:
                 attempt=tag, start_iteration=start_iteration, checkpoint=start_ckpt,
                 dataset_shards={k: v[rank] for k, v in shards.items()},
                 trial_info={"time_total_s": self.record.time_total_s},
+                output=OutputFiles(self.storage, log_names, rank) if log_names else None,
             ))
         group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,
                              self.spec.backend_config.train_func_wrapper())

@@ -118,8 +118,10 @@ class TrainSession:
     def __init__(self, context: TrainContext, storage: Optional[Storage], attempt: str,
                  start_iteration: int = 0, checkpoint: Any = None,
                  dataset_shards: Optional[Dict[str, Any]] = None,
-                 trial_info: Optional[Dict[str, Any]] = None) -> None:
+                 trial_info: Optional[Dict[str, Any]] = None,
+                 output: Any = None) -> None:
         self.context = context
+        self.output = output  # output_capture.OutputFiles: RunConfig(log_to_file=...)
         self.storage = storage
         self.attempt = attempt
         self.iteration = start_iteration

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from engine import constants
 from engine._internal import session as _session
 from engine._internal.failure_diagnosis import worker_raised
+from engine._internal.output_capture import capture
 from engine.exceptions import WorkerError
 
 
@@ -120,10 +121,11 @@ class TrainWorker:
 
         def run() -> None:
             try:
-                if before_train is not None:
-                    before_train()
-                _freeze_startup_objects()
-                _call_train_func(train_func, config)
+                with capture(session.output):
+                    if before_train is not None:
+                        before_train()
+                    _freeze_startup_objects()
+                    _call_train_func(train_func, config)
             except BaseException as exc:  # noqa: BLE001 - reported to the driver
                 session.error = exc
                 session.traceback_str = traceback.format_exc()

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from engine._internal.backend import BackendConfig
-from engine._internal.controller import Controller, RunSpec
+from engine._internal.controller import RunSpec
 from engine.checkpoint import Checkpoint
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
@@ -121,9 +121,11 @@ class RLTrainer(BaseTrainer):
                                                     self.config, self.scaling_config)
         bundles, strategy = _config.resource_bundles(cls, algo_config)
         payload = cloudpickle.dumps((self.algorithm, self._base_config, self.scaling_config))
+        # CheckpointConfig(checkpoint_frequency, checkpoint_at_end) as in Ray, where given.
+        frequency, at_end = self.run_config.checkpoint_config.builtin_loop_checkpointing(
+            type(self).__name__, self.checkpoint_frequency, self.checkpoint_at_end)
         loop = RLLoop(payload, framework=str(algo_config.framework_str), stop=stop,
-                      checkpoint_frequency=self.checkpoint_frequency,
-                      checkpoint_at_end=self.checkpoint_at_end)
+                      checkpoint_frequency=frequency, checkpoint_at_end=at_end)
         spec = RunSpec(
             train_func=loop, train_loop_config=copy.copy(self.config),
             scaling_config=_config.plan_scaling(bundles, strategy),
@@ -151,7 +153,7 @@ class RLTrainer(BaseTrainer):
         Raises:
             TrainingFailedError: the algorithm failed and retries are exhausted.
         """
-        return Controller(self._run_spec()).run()
+        return self._run_and_keep(self._run_spec())
 
 
 def _is_algorithm_config(obj: Any) -> bool:

@@ -82,7 +82,15 @@ class SklearnTrainer(DataParallelTrainer):
         self.set_estimator_cpus = set_estimator_cpus
         self.fit_params = fit_params
 
+    def _builtin_loop(self) -> bool:
+        return True
+
     def _run_spec(self):
+        if self.run_config.checkpoint_config.checkpoint_at_end is False:
+            raise ConfigError(
+                "SklearnTrainer fits once and its one report carries the fitted model: "
+                "CheckpointConfig(checkpoint_at_end=False) cannot apply. To write no "
+                "checkpoint, use CheckpointConfig(num_to_keep=0).")
         scaling = _worker_scaling(self.scaling_config)
         self.train_loop_config = {
             "label_column": self.label_column, "params": dict(self.params),

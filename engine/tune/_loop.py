@@ -125,6 +125,7 @@ class TrialLoop:
         self._pool = WorkerGroupPool() if reuse else None
         self._max_trials = searcher.total_trials or tune_config.num_samples
         self._capacity: Dict[str, float] = {}
+        self.fail_fast_error: Optional[BaseException] = None
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> List[TrialRun]:
@@ -404,7 +405,21 @@ class TrialLoop:
             if run in self._running:
                 self._running.remove(run)
             self.finish_run(run, result)
+            self._fail_fast(run, result)
             self._save()
+
+    def _fail_fast(self, run: TrialRun, result: Result) -> None:
+        """FailureConfig(fail_fast=...): the first failed trial ends the experiment (the
+        running trials stop, none starts); Tuner.fit() raises it with "raise"."""
+        if result.error is None or self.fail_fast_error is not None \
+                or not self.run_config.failure_config.fail_fast:
+            return
+        self.fail_fast_error = result.error
+        if self._stop_action is None:
+            self._stop_action = TrialAction.STOP
+        logger.warning("Tuner %s: trial %s failed and FailureConfig(fail_fast=%r) is set; "
+                       "stopping the experiment.", self.name, run.trial.trial_name,
+                       self.run_config.failure_config.fail_fast)
 
     def finish_run(self, run: TrialRun, result: Result, notify: bool = True) -> None:
         trial = run.trial

@@ -6,12 +6,12 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from engine.config import RunConfig
 from engine.exceptions import ConfigError
 from engine.tune._experiment import ExperimentStore, open_experiment
-from engine.tune._loop import TrialLoop
+from engine.tune._loop import TrialLoop, TrialRun
 from engine.tune._trainable import make_trainable
 from engine.tune.result_grid import ResultGrid
 from engine.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -54,6 +54,7 @@ class Tuner:
         self._restored: Optional[Dict[str, Any]] = None
         self._resume_options: Dict[str, bool] = {}
         self._store: Optional[ExperimentStore] = None
+        self._grid: Optional[ResultGrid] = None
 
     @classmethod
     def restore(cls, path: str, trainable: Any, *, resume_unfinished: bool = True,
@@ -118,13 +119,52 @@ class Tuner:
             logger.info("Experiment %s already has a tuner state; resuming it.", store.path)
         loop = self._make_loop(store, name, state)
         runs = loop.run()
+        self._grid = self._grid_of(runs, store)
+        if self.run_config.failure_config.fail_fast == "raise" \
+                and loop.fail_fast_error is not None:
+            raise loop.fail_fast_error
+        return self._grid
+
+    def _grid_of(self, runs: List[TrialRun], store: ExperimentStore) -> ResultGrid:
         results = [r.result for r in runs if r.result is not None]
         ids = [r.trial.trial_id for r in runs if r.result is not None]
         return ResultGrid(results, self.tune_config.metric, self.tune_config.mode,
                           store.path, ids)
 
+    def get_results(self) -> ResultGrid:
+        """The results of this experiment: those of the last :meth:`fit`, or, for a
+        tuner made by :meth:`restore` (or whose ``RunConfig(name, storage_path)`` names
+        a stored experiment), the stored ones, without running anything (trials that
+        did not finish show their last results with ``done`` False).
+
+        Raises:
+            RuntimeError: ``fit()`` was not called and nothing is stored.
+        """
+        if self._grid is not None:
+            return self._grid
+        rc = self.run_config
+        store = self._store
+        if store is None and rc.name is not None:
+            store = open_experiment(rc.storage_path, rc.name, rc.storage_filesystem)
+        if store is None or not store.exists():
+            raise RuntimeError("Tuner.get_results(): the experiment has not run yet. Call "
+                               "Tuner.fit() first, or Tuner.restore(path, trainable) to "
+                               "read a stored experiment.")
+        state = store.load()
+        loop = self._make_loop(store, state.get("name", rc.name or ""), None, state)
+        loop.restore(state["trials"], resume_unfinished=False)
+        return self._grid_of(loop.runs, store)
+
     def _make_loop(self, store: ExperimentStore, name: str,
-                   state: Optional[Dict[str, Any]]) -> TrialLoop:
+                   state: Optional[Dict[str, Any]],
+                   read_only: Optional[Dict[str, Any]] = None) -> TrialLoop:
+        if read_only is not None:  # get_results(): the stored trials, nothing resumed
+            return TrialLoop(
+                trainable=self._trainable, param_space=self.param_space,
+                tune_config=read_only["tune_config"], run_config=self.run_config,
+                store=store, name=name, experiment_id=read_only["experiment_id"],
+                searcher=BasicVariantGenerator(), scheduler=FIFOScheduler(),
+                searcher_done=True)
         tc = self.tune_config if state is None else state["tune_config"]
         searcher: Searcher = tc.search_alg or BasicVariantGenerator()
         scheduler: TrialScheduler = tc.scheduler or FIFOScheduler()

@@ -100,14 +100,19 @@ class GBDTTrainer(DataParallelTrainer):
         """Framework-specific checks of ``params`` (e.g. a tree learner that needs all
         the data on every worker)."""
 
+    def _builtin_loop(self) -> bool:
+        return self._seed_style
+
     def _seed_config(self) -> Dict[str, Any]:
         """The seed-style loop's ``config`` (JSON-able: it is recorded with the run)."""
+        frequency, at_end = self.run_config.checkpoint_config.builtin_loop_checkpointing(
+            type(self).__name__, self.checkpoint_frequency, self.checkpoint_at_end)
         return {
             "label_column": self.label_column,
             "params": dict(self.params),
             "num_boost_round": self.num_boost_round,
-            "checkpoint_frequency": self.checkpoint_frequency,
-            "checkpoint_at_end": self.checkpoint_at_end,
+            "checkpoint_frequency": frequency,
+            "checkpoint_at_end": at_end,
             "eval_datasets": [n for n in self.datasets if n != TRAIN_DATASET],
             "cpus_per_worker": cpus_per_worker(self.scaling_config),
             "use_gpu": self.scaling_config.use_gpu,
