@@ -93,6 +93,14 @@ GC_FREEZE_ENV_VAR = _setting(
     "TRAINYARD_GC_FREEZE", "1",
     "0 stops workers freezing their start-up heap (gc.freeze) before train_func.")
 
+# "0" keeps workers in the directory Ray started them in, instead of the trial's
+# directory (Ray Tune's RAY_CHDIR_TO_TRIAL_DIR=0, which is honoured too).
+CHDIR_TO_TRIAL_DIR_ENV_VAR = _setting(
+    "TRAINYARD_CHDIR_TO_TRIAL_DIR", "1",
+    "0 stops workers starting train_func in the run's (trial's) directory; "
+    "RAY_CHDIR_TO_TRIAL_DIR=0 does the same.")
+RAY_CHDIR_TO_TRIAL_DIR_ENV_VAR = "RAY_CHDIR_TO_TRIAL_DIR"
+
 # Seconds a worker may take to answer a poll before it counts as unhealthy.
 DEFAULT_HEALTH_CHECK_TIMEOUT_S = 60.0
 HEALTH_CHECK_TIMEOUT_ENV_VAR = _setting(

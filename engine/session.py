@@ -93,6 +93,18 @@ def get_trial_id() -> str:
     return get_context().get_trial_id()
 
 
+def get_trial_dir() -> str:
+    return get_context().get_trial_dir()
+
+
+def get_trial_resources():
+    return get_context().get_trial_resources()
+
+
+def get_experiment_name() -> str:
+    return get_context().get_experiment_name()
+
+
 def save_checkpoint(**state: Any) -> None:
     """Older spelling: report a dict checkpoint of ``state``.
 

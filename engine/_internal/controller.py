@@ -28,7 +28,7 @@ from engine._internal.rounds import RoundTracker
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
 from engine._internal.output_capture import OutputFiles
-from engine._internal.session import TrainContext
+from engine._internal.session import TrainContext, resource_bundles, working_dir
 from engine._internal.stopping import stop_hook
 from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
@@ -179,13 +179,17 @@ class Controller:
             shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
         log_names = log_file_names(self.run_config.log_to_file)
+        experiment = str(self.spec.trial_info.get("experiment_name") or self.name)
+        workdir = working_dir(self.storage, experiment, self.name)
+        bundles = resource_bundles(self.spec.scaling_config)
         session_args = []
         for rank, meta in enumerate(group.meta):
             ctx = TrainContext(
                 world_rank=rank, local_rank=meta.local_rank, world_size=len(group),
                 local_world_size=meta.local_world_size, node_rank=meta.node_rank,
                 trial_name=self.name, trial_id=self.record.trial_id,
-                experiment_name=self.name, run_dir=self.storage.display(),
+                experiment_name=experiment, run_dir=self.storage.display(),
+                working_dir=workdir, resource_bundles=bundles,
             )
             session_args.append(dict(
                 context=ctx, storage=self.storage if self.checkpoints.enabled else None,

@@ -39,6 +39,10 @@ class TrainContext:
     trial_id: str = ""
     experiment_name: str = ""
     run_dir: str = ""
+    # Where train_func starts (os.chdir), "" to stay put (TRAINYARD_CHDIR_TO_TRIAL_DIR=0).
+    working_dir: str = ""
+    # The resource bundles of the run: the trainer's, then one per worker.
+    resource_bundles: List[Dict[str, float]] = field(default_factory=list)
 
     def get_world_rank(self) -> int:
         return self.world_rank
@@ -65,7 +69,64 @@ class TrainContext:
         return self.experiment_name
 
     def get_trial_dir(self) -> str:
+        """The run's (in a Tuner: the trial's) directory: a local path or a URI."""
         return self.run_dir
+
+    def get_trial_resources(self) -> "TrialResources":
+        """The resources of this run (trial), as Ray's ``PlacementGroupFactory``:
+        ``bundles`` (the trainer's bundle first, then one per worker),
+        ``required_resources`` (their sum) and ``head_cpus``."""
+        return TrialResources(self.resource_bundles)
+
+
+class TrialResources:
+    """What ``get_context().get_trial_resources()`` returns (the parts of Ray's
+    ``PlacementGroupFactory`` that a training function reads)."""
+
+    def __init__(self, bundles: List[Dict[str, float]], strategy: str = "PACK") -> None:
+        self.bundles = [dict(b) for b in bundles]
+        self.strategy = strategy
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        return not self.bundles or not any(self.bundles[0].values())
+
+    @property
+    def head_cpus(self) -> float:
+        return float(self.bundles[0].get("CPU", 0.0)) if self.bundles else 0.0
+
+    @property
+    def required_resources(self) -> Dict[str, float]:
+        total: Dict[str, float] = {}
+        for bundle in self.bundles:
+            for key, value in bundle.items():
+                total[key] = total.get(key, 0.0) + float(value)
+        return total
+
+    def __repr__(self) -> str:
+        return f"TrialResources(bundles={self.bundles}, strategy={self.strategy!r})"
+
+
+def working_dir(storage: Storage, experiment: str, run_name: str) -> str:
+    """Where a run's workers start ``train_func``, as Ray Tune chdirs into the trial's
+    directory (so relative paths of concurrent trials do not collide): the run directory
+    on local storage, else ``<tmp>/trainyard_trials/<experiment>/<run>``; "" when
+    ``TRAINYARD_CHDIR_TO_TRIAL_DIR=0`` (or Ray's ``RAY_CHDIR_TO_TRIAL_DIR=0``)."""
+    for var in (constants.CHDIR_TO_TRIAL_DIR_ENV_VAR, constants.RAY_CHDIR_TO_TRIAL_DIR_ENV_VAR):
+        if os.environ.get(var, "1").strip() == "0":
+            return ""
+    if storage.local:
+        return storage.root
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "trainyard_trials", experiment, run_name)
+
+
+def resource_bundles(scaling: Any) -> List[Dict[str, float]]:
+    """A run's bundles as Ray's PlacementGroupFactory lists them: the trainer's first
+    (empty unless ``trainer_resources``), then one per worker."""
+    head = {k: float(v) for k, v in (scaling.trainer_resources or {}).items()}
+    return [head] + [dict(scaling.worker_resources) for _ in range(scaling.num_workers)]
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import os
@@ -9,7 +10,7 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import session as _session
@@ -75,6 +76,22 @@ def _name_log_prefix(rank: int) -> None:
             pass
 
 
+@contextlib.contextmanager
+def _in_dir(path: str) -> Iterator[None]:
+    """Run the block in ``path`` (made if missing), as Ray Tune starts a trial in its
+    directory; back to where the process was afterwards (a Tuner reuses workers)."""
+    if not path:
+        yield
+        return
+    previous = os.getcwd()
+    os.makedirs(path, exist_ok=True)
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 class TrainWorker:
     """One training process. Wrapped with ``ray.remote`` by the worker group."""
 
@@ -121,7 +138,7 @@ class TrainWorker:
 
         def run() -> None:
             try:
-                with capture(session.output):
+                with capture(session.output), _in_dir(session.context.working_dir):
                     if before_train is not None:
                         before_train()
                     _freeze_startup_objects()

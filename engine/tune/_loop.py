@@ -260,7 +260,8 @@ class TrialLoop:
                 storage_filesystem=self.store.storage.fs, callbacks=[_TrialObserver(run)],
                 verbose=0, stop=None)
             info = {"trial_id": run.trial.trial_id, "experiment_id": self.experiment_id,
-                    "experiment_tag": run.trial.experiment_tag}
+                    "experiment_tag": run.trial.experiment_tag,
+                    "experiment_name": self.name}
             run.spec = self.trainable.make_spec(run.trial.config, rc, info)
         return run.spec
 
