@@ -148,6 +148,10 @@ AUTOMATIC_FIELDS = (
     "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "done",
     "hostname", "node_ip", "pid", "trial_id", "experiment_id", "experiment_tag", "config",
     "iterations_since_restore", "time_since_restore",
+    # The seed's older listing has these too (timesteps_total and episodes_total, None
+    # unless reported, are not listed: RLlib reports them itself).
+    "_timestamp", "_time_this_iter_s", "_training_iteration", "timesteps_since_restore",
+    "warmup_time",
 )
 
 # Batch prediction: rows per model call unless BatchPredictor.predict(batch_size=) says.

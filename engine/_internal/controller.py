@@ -92,6 +92,7 @@ class Controller:
         self.last_metrics: Dict[str, Any] = {}
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
+        self._scheduled_at = 0.0
         if self.run_config.verbose >= 1:
             from engine._internal.progress import FitProgress
 
@@ -151,6 +152,7 @@ class Controller:
 
     def _schedule(self) -> RunState:
         self.attempt += 1
+        self._scheduled_at = time.time()  # the session's warmup_time counts from here
         self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env,
                                            needs_data_cpus=bool(self.spec.datasets))
         try:
@@ -195,7 +197,8 @@ class Controller:
                 context=ctx, storage=self.storage if self.checkpoints.enabled else None,
                 attempt=tag, start_iteration=start_iteration, checkpoint=start_ckpt,
                 dataset_shards={k: v[rank] for k, v in shards.items()},
-                trial_info={"time_total_s": self.record.time_total_s},
+                trial_info={"time_total_s": self.record.time_total_s,
+                            "scheduled_at": self._scheduled_at},
                 output=OutputFiles(self.storage, log_names, rank) if log_names else None,
             ))
         group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,

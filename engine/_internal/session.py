@@ -222,11 +222,30 @@ class TrainSession:
             iterations_since_restore=self.iterations_since_restore,
             time_since_restore=time_since_restore,
         )
+        self._seed_fields(out, now)
         self._last_report_time = now
         item = ReportItem(iteration=self.iteration, metrics=out)
         if checkpoint is not None:
             self._stage_checkpoint(checkpoint, item)
         self.queue.put(item)
+
+    def _seed_fields(self, out: Dict[str, Any], now: float) -> None:
+        """The seed pages' other automatic fields: the Train session's ``_timestamp``,
+        ``_time_this_iter_s``, ``_training_iteration``, and Tune's ``timesteps_*``,
+        ``episodes_total`` (a reported value wins, as in Ray) and ``warmup_time``
+        (seconds from the worker group's scheduling to this session's start)."""
+        out["_timestamp"] = int(now)
+        out["_time_this_iter_s"] = now - self._last_report_time
+        out["_training_iteration"] = self.iteration
+        out.setdefault("timesteps_total", None)
+        out.setdefault("episodes_total", None)
+        out.setdefault("timesteps_since_restore", 0)
+        out["warmup_time"] = self.warmup_time
+
+    @property
+    def warmup_time(self) -> float:
+        scheduled = self.trial_info.get("scheduled_at")
+        return max(0.0, self.start_time - float(scheduled)) if scheduled else 0.0
 
     def _stage_checkpoint(self, checkpoint: Any, item: ReportItem) -> None:
         if not isinstance(checkpoint, Checkpoint):

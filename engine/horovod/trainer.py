@@ -24,6 +24,8 @@ class HorovodTrainer(DataParallelTrainer):
         train_loop_per_worker: ``f(config)`` or ``f()``.
         train_loop_config: Its ``config``.
         horovod_config: Gloo interfaces and timeout (:class:`HorovodConfig`).
+        tensorflow_backend: The seed pages' spelling of ``horovod_config``
+            (``HorovodTrainer(f, tensorflow_backend=HorovodConfig())``); give one of them.
         scaling_config, run_config, datasets, dataset_config, resume_from_checkpoint,
         metadata, preprocessor: As for :class:`engine.trainer.DataParallelTrainer`.
 
@@ -38,6 +40,7 @@ class HorovodTrainer(DataParallelTrainer):
     def __init__(self, train_loop_per_worker: Callable, *,
                  train_loop_config: Optional[Dict[str, Any]] = None,
                  horovod_config: Optional[HorovodConfig] = None,
+                 tensorflow_backend: Optional[HorovodConfig] = None,
                  scaling_config: Optional[ScalingConfig] = None,
                  run_config: Optional[RunConfig] = None,
                  datasets: Optional[Dict[str, Any]] = None,
@@ -46,9 +49,16 @@ class HorovodTrainer(DataParallelTrainer):
                  metadata: Optional[Dict[str, Any]] = None,
                  preprocessor: Optional[Any] = None) -> None:
         require_horovod()
+        if tensorflow_backend is not None:
+            if horovod_config is not None:
+                raise ConfigError("HorovodTrainer got horovod_config and tensorflow_backend "
+                                  "(the seed's name for the same thing): pass one.")
+            horovod_config, name = tensorflow_backend, "tensorflow_backend"
+        else:
+            name = "horovod_config"
         if horovod_config is not None and not isinstance(horovod_config, HorovodConfig):
             raise ConfigError(
-                "horovod_config must be an engine.horovod.HorovodConfig, got "
+                f"{name} must be an engine.horovod.HorovodConfig, got "
                 f"{type(horovod_config).__name__}."
             )
         super().__init__(

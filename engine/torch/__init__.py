@@ -16,12 +16,13 @@ from engine.torch.config import TorchConfig
 from engine.torch.checkpoint import TorchCheckpoint
 from engine.torch.predictor import TorchPredictor
 from engine.torch.train_loop_utils import (accelerate, backward, enable_reproducibility,
-                                           get_device, prepare_data_loader, prepare_model,
+                                           get_device, get_devices, prepare_data_loader,
+                                           prepare_model,
                                            prepare_optimizer)
 from engine.torch.trainer import TorchTrainer
 
 __all__ = [
     "TorchTrainer", "TorchConfig", "TorchCheckpoint", "prepare_model",
     "prepare_data_loader", "prepare_optimizer", "backward", "accelerate",
-    "enable_reproducibility", "get_device", "TorchPredictor",
+    "enable_reproducibility", "get_device", "get_devices", "TorchPredictor",
 ]

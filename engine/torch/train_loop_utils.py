@@ -6,7 +6,7 @@ import logging
 import os
 import random
 import warnings
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -39,28 +39,85 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+def get_devices() -> List[torch.device]:
+    """Every device of this worker (Ray's ``get_devices()``): its GPUs with
+    ``use_gpu=True`` (the one :func:`get_device` gives first), else ``[cpu]``."""
+    first = get_device()
+    if first.type != "cuda":
+        return [first]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    try:
+        import ray
+
+        own = [str(g) for g in ray.get_gpu_ids()]
+    except Exception:  # noqa: BLE001 - outside a Ray worker
+        own = []
+    indices = [visible.index(g) for g in own if g in visible] or [first.index or 0]
+    ordered = [first.index] + [i for i in indices if i != first.index]
+    return [torch.device("cuda", i) for i in ordered]
+
+
+_STRATEGIES = ("ddp", "fsdp", None)
+
+
 def prepare_model(model: torch.nn.Module, move_to_device: bool = True,
+                  parallel_strategy: Optional[str] = "ddp",
+                  parallel_strategy_kwargs: Optional[dict] = None,
                   wrap_ddp: bool = True, ddp_kwargs: Optional[dict] = None
                   ) -> torch.nn.Module:
-    """Move ``model`` to this worker's device and wrap it in DDP when world size > 1.
+    """Move ``model`` to this worker's device and, when world size > 1, wrap it for
+    data-parallel training: DDP (``parallel_strategy="ddp"``, the default) or
+    ``torch.distributed.fsdp.FullyShardedDataParallel`` (``"fsdp"``, also on CPU with
+    gloo); ``None`` leaves it unwrapped.
+
+    Args:
+        model: The module.
+        move_to_device: Move it to :func:`get_device` first.
+        parallel_strategy: ``"ddp"``, ``"fsdp"`` or ``None``.
+        parallel_strategy_kwargs: Keyword arguments of the DDP or FSDP wrapper.
+        wrap_ddp, ddp_kwargs: Older spellings (``wrap_ddp=False`` is
+            ``parallel_strategy=None``).
 
     With ``accelerate(amp=True)`` the forward pass runs under autocast and returns
     float32 outputs, so losses are computed in full precision.
+
+    Raises:
+        ValueError: an unknown ``parallel_strategy``.
     """
+    if parallel_strategy not in _STRATEGIES:
+        raise ValueError(f"prepare_model(parallel_strategy={parallel_strategy!r}) is "
+                         "unknown: use 'ddp', 'fsdp' or None.")
+    if not wrap_ddp:
+        parallel_strategy = None
     device = get_device()
     if move_to_device:
         model = model.to(device)
     if _state().get("amp"):
         _autocast_forward(model, device)
-    if wrap_ddp and _world_size() > 1:
-        from torch.nn.parallel import DistributedDataParallel
+    if parallel_strategy is None or _world_size() <= 1:
+        return model
+    kwargs = {**(ddp_kwargs or {}), **(parallel_strategy_kwargs or {})}
+    if parallel_strategy == "fsdp":
+        return _wrap_fsdp(model, device, kwargs)
+    from torch.nn.parallel import DistributedDataParallel
 
-        kwargs = dict(ddp_kwargs or {})
-        if device.type == "cuda":
-            kwargs.setdefault("device_ids", [device.index])
-            kwargs.setdefault("output_device", device.index)
-        model = DistributedDataParallel(model, **kwargs)
-    return model
+    if device.type == "cuda":
+        kwargs.setdefault("device_ids", [device.index])
+        kwargs.setdefault("output_device", device.index)
+    return DistributedDataParallel(model, **kwargs)
+
+
+def _wrap_fsdp(model: torch.nn.Module, device: torch.device, kwargs: dict
+               ) -> torch.nn.Module:
+    """FSDP on this worker's device (torch supports it on CPU with gloo as well)."""
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError as exc:  # a torch built without distributed support
+        raise RuntimeError(f"prepare_model(parallel_strategy='fsdp') needs "
+                           f"torch.distributed.fsdp, which this torch lacks ({exc}); use "
+                           "parallel_strategy='ddp'.") from exc
+    kwargs.setdefault("device_id", device)
+    return FullyShardedDataParallel(model, **kwargs)
 
 
 def _autocast_forward(model: torch.nn.Module, device: torch.device) -> None:
