@@ -81,6 +81,10 @@ class Predictor:
     def __init__(self, preprocessor: Optional[Any] = None,
                  model_card: Optional[Dict[str, Any]] = None,
                  feature_columns: Optional[Sequence[str]] = None) -> None:
+        from engine.preprocessors import RayDataPreprocessor, is_ray_data_preprocessor
+
+        if is_ray_data_preprocessor(preprocessor):  # Ray Data's own, as Ray predictors take
+            preprocessor = RayDataPreprocessor(preprocessor)
         self.preprocessor = preprocessor
         self.model_card = model_card
         self.feature_columns = list(feature_columns) if feature_columns else None

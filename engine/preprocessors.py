@@ -243,6 +243,118 @@ class Chain(Preprocessor):
         return f"Chain({', '.join(map(repr, self.preprocessors))})"
 
 
+# --- Ray Data's own preprocessors ------------------------------------------------------
+RAY_FILE = "ray_preprocessor.pkl"
+
+
+def is_ray_data_preprocessor(obj: Any) -> bool:
+    """Whether ``obj`` is a ``ray.data.preprocessors`` preprocessor (checked without
+    importing Ray Data when it was never imported)."""
+    import sys
+
+    module = sys.modules.get("ray.data.preprocessor")
+    return module is not None and isinstance(obj, module.Preprocessor)
+
+
+class RayDataPreprocessor(Preprocessor):
+    """A ``ray.data.preprocessors`` preprocessor (``OneHotEncoder``, ``SimpleImputer``,
+    ``Concatenator``, ``Chain`` …) where trainyard takes a preprocessor: fitted on the
+    train dataset, saved in checkpoints (``ray_preprocessor.pkl``, read back with an
+    unpickler that admits only Ray Data's preprocessor classes and numpy values), applied
+    at prediction. Trainers wrap one for you; ``inner`` is Ray's object."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        if not is_ray_data_preprocessor(inner):
+            raise ConfigError(f"RayDataPreprocessor wraps a ray.data.preprocessors "
+                              f"preprocessor, got {type(inner).__name__}.")
+        self.inner = inner
+
+    @property
+    def fitted(self) -> bool:
+        status = self.inner.fit_status()
+        return status.name in ("FITTED", "NOT_FITTABLE")
+
+    def fit(self, ds: Any) -> "RayDataPreprocessor":
+        if _is_pandas(ds):
+            import ray.data
+
+            ds = ray.data.from_pandas(ds)
+        self.inner.fit(ds)
+        return self
+
+    def transform(self, ds: Any) -> Any:
+        self._check_fitted()
+        if _is_pandas(ds):
+            return self.inner.transform_batch(ds)
+        return self.inner.transform(ds)
+
+    def transform_batch(self, batch: Any) -> Any:
+        self._check_fitted()
+        return self.inner.transform_batch(batch)
+
+    def __repr__(self) -> str:
+        return f"RayDataPreprocessor({self.inner!r})"
+
+
+def as_preprocessor(obj: Any, where: str = "preprocessor") -> Optional[Preprocessor]:
+    """``obj`` as an engine preprocessor: an ``engine.preprocessors`` one as is, a Ray
+    Data one wrapped in :class:`RayDataPreprocessor`, None as None.
+
+    Raises:
+        ConfigError: anything else (``where`` names the argument).
+    """
+    if obj is None or isinstance(obj, Preprocessor):
+        return obj
+    if is_ray_data_preprocessor(obj):
+        return RayDataPreprocessor(obj)
+    if isinstance(obj, type):
+        raise ConfigError(f"{where}={obj.__name__} passes the class: pass an instance, "
+                          f"e.g. {obj.__name__}(columns=[...]).")
+    raise ConfigError(
+        f"{where} must be an engine.preprocessors.Preprocessor (e.g. StandardScaler(columns)) "
+        f"or a ray.data.preprocessors one (e.g. OneHotEncoder(columns)), got "
+        f"{type(obj).__name__}.")
+
+
+class _RayPreprocessorUnpickler(pickle.Unpickler):
+    """Admits Ray Data's preprocessor classes (and their enums), numpy arrays and
+    scalars, and plain containers: loading runs no other code."""
+
+    _NUMPY = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+
+    def find_class(self, module: str, name: str) -> Any:
+        import enum
+
+        obj = super().find_class(module, name)
+        if module.startswith(("ray.data.preprocessors", "ray.data.preprocessor")):
+            from ray.data.preprocessor import Preprocessor as RayPreprocessor
+
+            if isinstance(obj, type) and issubclass(obj, (RayPreprocessor, enum.Enum)):
+                return obj
+        elif module.split(".")[0] == "numpy" and name in self._NUMPY:
+            return obj
+        elif (module, name) in (("collections", "OrderedDict"),
+                                ("collections", "defaultdict"), ("builtins", "set"),
+                                ("builtins", "frozenset"), ("builtins", "slice")):
+            return obj
+        raise pickle.UnpicklingError(f"{module}.{name} is not a Ray Data preprocessor part")
+
+
+def _load_ray_preprocessor(data: bytes, allow_pickle: bool) -> RayDataPreprocessor:
+    import io
+
+    try:
+        inner = (pickle.loads(data) if allow_pickle
+                 else _RayPreprocessorUnpickler(io.BytesIO(data)).load())
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"The checkpoint's {RAY_FILE} holds more than Ray Data's preprocessors ({exc}): "
+            "loading it runs code. If you trust this checkpoint pass allow_pickle=True.") \
+            from None
+    return RayDataPreprocessor(inner)
+
+
 # --- (de)serialisation ----------------------------------------------------------------
 _BUILTINS = {cls.__name__: cls for cls in (StandardScaler, MinMaxScaler, Chain)}
 
@@ -274,11 +386,16 @@ def dumps(preprocessor: Preprocessor) -> Tuple[str, bytes]:
     if _json_able(preprocessor):
         doc = {"format": _JSON_FORMAT, **_to_json_obj(preprocessor)}
         return JSON_FILE, json.dumps(doc, indent=1).encode("utf-8")
+    if type(preprocessor) is RayDataPreprocessor:
+        return RAY_FILE, pickle.dumps(preprocessor.inner, protocol=pickle.HIGHEST_PROTOCOL)
     return PICKLE_FILE, pickle.dumps(preprocessor, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def loads(name: str, data: bytes) -> Preprocessor:
-    """The preprocessor in a file written by :func:`dumps` (a pickle is unpickled)."""
+def loads(name: str, data: bytes, allow_pickle: bool = True) -> Preprocessor:
+    """The preprocessor in a file written by :func:`dumps` (a pickle is unpickled; Ray
+    Data's, with ``allow_pickle=False``, only if it holds nothing but their parts)."""
+    if name == RAY_FILE:
+        return _load_ray_preprocessor(data, allow_pickle)
     if name == JSON_FILE:
         doc = json.loads(data.decode("utf-8"))
         if doc.get("format") != _JSON_FORMAT:
@@ -311,9 +428,11 @@ def load_preprocessor(storage: Storage, checkpoint_dir_path: str,
                       allow_pickle: bool = True) -> Optional[Any]:
     """The preprocessor saved in a checkpoint directory, or None (a ``.pkl`` one is
     unpickled only with ``allow_pickle``: trusted checkpoints only)."""
-    for name in (JSON_FILE, PICKLE_FILE):
+    for name in (JSON_FILE, RAY_FILE, PICKLE_FILE):
         path = join(checkpoint_dir_path, name)
         if storage.exists(path):
+            if name == RAY_FILE:
+                return loads(name, storage.read_bytes(path), allow_pickle)
             if name == PICKLE_FILE and not allow_pickle:
                 raise CheckpointError(
                     f"The checkpoint {storage.display(checkpoint_dir_path)!r} holds a custom "
@@ -340,5 +459,6 @@ def _column_names(ds: Any) -> List[str]:
     return list(schema.names) if schema is not None else []
 
 
-__all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler", "Chain",
+__all__ = ["Preprocessor", "StandardScaler", "MinMaxScaler", "Chain", "RayDataPreprocessor",
+           "as_preprocessor",
            "PreprocessorNotFittedError", "save_preprocessor", "load_preprocessor"]

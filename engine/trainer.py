@@ -74,7 +74,8 @@ class DataParallelTrainer(BaseTrainer):
         dataset_config: Which datasets are split across workers.
         resume_from_checkpoint: Given to ``get_checkpoint()`` when the run has none yet.
         metadata: Free-form JSON-able dict kept with the run.
-        preprocessor: An ``engine.preprocessors.Preprocessor``: fitted on
+        preprocessor: An ``engine.preprocessors.Preprocessor`` or a
+            ``ray.data.preprocessors`` one (``OneHotEncoder``, ``Chain`` …): fitted on
             ``datasets["train"]`` unless already fitted, applied to every dataset before
             it is split, and saved in each checkpoint (``Checkpoint.get_preprocessor()``).
 
@@ -133,13 +134,10 @@ class DataParallelTrainer(BaseTrainer):
         self.resume_from_checkpoint = resume_from_checkpoint
         self.metadata = metadata or {}
         if preprocessor is not None:
-            from engine.preprocessors import Preprocessor
+            from engine.preprocessors import as_preprocessor
 
-            if not isinstance(preprocessor, Preprocessor):
-                raise ConfigError(
-                    "preprocessor must be an engine.preprocessors.Preprocessor (e.g. "
-                    f"StandardScaler(columns)), got {type(preprocessor).__name__}."
-                )
+            # Ray Data's own preprocessors are wrapped (engine.preprocessors.RayDataPreprocessor).
+            preprocessor = as_preprocessor(preprocessor)
         self.preprocessor = preprocessor
 
     def _worker_env(self) -> Dict[str, str]:

@@ -154,7 +154,9 @@ class BatchPredictor:
                 # Fail here, before any actor starts, with the loader's own message.
                 self.checkpoint.get_preprocessor(allow_pickle=False)
             return _CustomPreprocessor()
-        return self.checkpoint.get_preprocessor()
+        # JSON, or Ray Data's preprocessors (read without running code unless allowed).
+        return self.checkpoint.get_preprocessor(
+            allow_pickle=bool(self.predictor_kwargs.get("allow_pickle")))
 
     def _actor_kwargs(self, use_gpu: bool) -> Dict[str, Any]:
         kwargs = dict(self.predictor_kwargs)

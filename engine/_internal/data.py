@@ -181,11 +181,9 @@ def prepare_datasets(datasets: Dict[str, Any], preprocessor: Optional[Any] = Non
     is fitted already) and applied to every dataset (lazily, as ``map_batches``)."""
     if preprocessor is None:
         return dict(datasets)
-    if not isinstance(preprocessor, Preprocessor):
-        raise ConfigError(
-            f"preprocessor must be an engine.preprocessors.Preprocessor, got "
-            f"{type(preprocessor).__name__}."
-        )
+    from engine.preprocessors import as_preprocessor
+
+    preprocessor = as_preprocessor(preprocessor)
     if not preprocessor.fitted and "train" not in datasets:
         raise ConfigError(
             f"The preprocessor {preprocessor!r} is not fitted and there is no "
