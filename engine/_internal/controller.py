@@ -22,6 +22,7 @@ from engine._internal.backend import Backend
 from engine._internal.callback_runner import CallbackRunner
 from engine._internal.checkpoint_committer import CheckpointCommitter
 from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.data_plan import MATERIALIZE
 from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
 from engine._internal.report_handler import ReportHandler, Round, UserCallbacks
 from engine._internal.rounds import RoundTracker
@@ -93,6 +94,7 @@ class Controller:
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
         self._scheduled_at = 0.0
+        self._materialized: Optional[Dict[str, List[Any]]] = None  # data_plan MATERIALIZE
         if self.run_config.verbose >= 1:
             from engine._internal.progress import FitProgress
 
@@ -156,6 +158,7 @@ class Controller:
         self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env,
                                            needs_data_cpus=bool(self.spec.datasets))
         try:
+            self._plan_data(self.group)
             self.group.start()
             self.group.check_storage(self.storage)
             self.backend.on_start(self.group, self.spec.backend_config)
@@ -168,6 +171,20 @@ class Controller:
             return self._on_failure(exc)
         return RunState.RUNNING
 
+    def _plan_data(self, group: WorkerGroup) -> None:
+        """Before the workers reserve their CPUs: the worker group decides how the
+        datasets reach them (``data_plan``); "materialize" reads and splits them now,
+        while Ray Data still has CPUs (once per run: retries reuse the splits)."""
+        planner = getattr(group, "plan_data", None)
+        if planner is None or not self.spec.datasets:
+            return
+        plan = planner()
+        if plan.kind == MATERIALIZE and self._materialized is None:
+            from engine._internal.data import materialize_splits
+
+            self._materialized = materialize_splits(
+                self.spec.datasets, self.spec.data_config, self.spec.scaling_config.num_workers)
+
     def _start_training(self) -> None:
         group = self.group
         assert group is not None
@@ -175,7 +192,9 @@ class Controller:
         latest = self.manager.latest
         start_iteration = self.record.truncate_to(latest.iteration if latest else 0)
         shards: Dict[str, List[Any]] = {}
-        if self.spec.datasets:
+        if self._materialized is not None:
+            shards = {k: [part.iterator() for part in v] for k, v in self._materialized.items()}
+        elif self.spec.datasets:
             from engine._internal.data import make_shards
 
             shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))

@@ -257,6 +257,26 @@ def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
     return out
 
 
+def materialize_splits(datasets: Dict[str, Any], data_config: DataConfig, n: int
+                       ) -> Dict[str, List[Any]]:
+    """For each dataset, one materialised dataset per worker: read (and preprocessed)
+    into the object store now, split ones cut into ``n`` equal parts. Iterating them
+    later runs no CPU task (``data_plan`` MATERIALIZE)."""
+    out: Dict[str, List[Any]] = {}
+    for name, data in datasets.items():
+        ds = to_ray_dataset(name, data).materialize()
+        if data_config.should_split(name) and n > 1:
+            count = ds.count()
+            parts = ds.split(n, equal=True)
+            logger.info("Dataset %r: %d rows read into the object store and split into %d "
+                        "equal shards of %d rows%s.", name, count, n, count // n,
+                        f" ({count % n} dropped)" if count % n else "")
+            out[name] = parts
+        else:
+            out[name] = [ds] * n
+    return out
+
+
 def _log_split(name: str, count: Optional[int], n: int) -> None:
     if count is None:
         logger.info(

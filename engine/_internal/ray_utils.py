@@ -11,6 +11,16 @@ from engine import constants
 
 logger = logging.getLogger(__name__)
 
+# Whether this process's Ray instance was started by ensure_ray (sized by trainyard).
+_started_here = False
+
+
+def started_by_trainyard() -> bool:
+    """True when :func:`ensure_ray` started the local instance (with its own CPU count);
+    False when Ray was already running (``ray.init`` in the script, or Ray Data starting
+    it with one logical CPU per core) or is a cluster."""
+    return _started_here
+
 
 def ensure_ray() -> None:
     """Start or join Ray once per process.
@@ -46,6 +56,8 @@ def ensure_ray() -> None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
                  log_to_driver=True, configure_logging=False,
                  _system_config={"worker_niceness": niceness})
+    global _started_here
+    _started_here = True
     # Runs before Ray's own exit handler (atexit runs the latest registered first).
     atexit.register(_stop_autoscaler_monitor)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from engine import constants
+from engine._internal.data_plan import FRACTIONAL, STREAM, DataPlan, plan_data
 from engine._internal.failure_diagnosis import worker_died
 from engine.config import ScalingConfig
 from engine.exceptions import WorkerDiedError, WorkerError, WorkerGroupStartupError
@@ -70,6 +72,7 @@ class WorkerGroup:
         self.meta: List[WorkerMeta] = []
         self.placement_group = None
         self._poll_refs: Dict[Any, int] = {}
+        self.data_plan: Optional[DataPlan] = None
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -126,6 +129,31 @@ class WorkerGroup:
             ) from exc
         self._assign_ranks(infos)
 
+    def plan_data(self) -> DataPlan:
+        """Before :meth:`start`: how the datasets reach the workers when the workers
+        would leave no CPU for Ray Data (``engine._internal.data_plan``); a fractional
+        plan lowers this group's CPU reservation per worker. Logged when not plain
+        streaming."""
+        import ray
+
+        from engine._internal.ray_utils import ensure_ray, started_by_trainyard
+
+        ensure_ray()
+        if not self.needs_data_cpus or os.environ.get("RAY_ADDRESS"):
+            self.data_plan = DataPlan(STREAM)
+            return self.data_plan
+        res = self.scaling.worker_resources
+        plan = plan_data(self.scaling.num_workers, res.get("CPU", 0.0),
+                         "CPU" in (self.scaling.resources_per_worker or {}),
+                         ray.cluster_resources().get("CPU", 0.0), started_by_trainyard())
+        if plan.kind == FRACTIONAL:
+            self.scaling = dataclasses.replace(self.scaling, resources_per_worker={
+                **(self.scaling.resources_per_worker or {}), "CPU": plan.worker_cpus})
+        if plan.message:
+            logger.warning("%s", plan.message)
+        self.data_plan = plan
+        return plan
+
     def _check_resources(self) -> None:
         import ray
 
@@ -154,7 +182,7 @@ class WorkerGroup:
                     f"start Ray with more logical CPUs ({constants.RAY_NUM_CPUS_ENV_VAR}=N)."
                 )
         spare = total.get("CPU", 0.0) - need.get("CPU", 0.0) * self.scaling.num_workers
-        if self.needs_data_cpus and spare < 1:
+        if self.needs_data_cpus and spare < 1 and self.data_plan is None:
             raise WorkerGroupStartupError(
                 f"The workers take all {total.get('CPU', 0):g} CPUs of this Ray instance and "
                 "leave none for Ray Data to read the datasets, so training would wait "

@@ -1,0 +1,64 @@
+"""Ray Data datasets created before fit() (issue 23, gap 9): ray.data.read_csv starts Ray
+itself with one logical CPU per core; a trainer with 2 workers on a 2-core machine must
+still get the data to its workers (and say how it did).
+
+Ported from Ray by rewriting imports only: ray.data -> engine.data, ray.train -> engine.
+"""
+
+import logging
+import os
+import tempfile
+
+import pandas as pd
+
+import engine.data
+import engine as train
+from engine import RunConfig, ScalingConfig
+from engine.torch import TorchTrainer
+
+
+class Messages(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+messages = Messages()
+logging.getLogger("engine").addHandler(messages)
+
+csv = os.path.join(tempfile.mkdtemp(), "rows.csv")
+pd.DataFrame({"x": range(100), "y": [i % 2 for i in range(100)]}).to_csv(csv, index=False)
+train_ds = engine.data.read_csv(csv)             # Ray starts here, one CPU per core
+valid_ds = engine.data.read_csv(csv).limit(10)
+
+
+def train_func(config):
+    shard = train.get_dataset_shard("train")
+    rows = sum(len(b["x"]) for b in shard.iter_batches(batch_size=16))
+    valid = sum(len(b["x"]) for b in train.get_dataset_shard("valid").iter_batches())
+    train.report({"rows": rows, "valid": valid})
+
+
+def fit(scaling):
+    trainer = TorchTrainer(train_func, scaling_config=scaling,
+                           datasets={"train": train_ds, "valid": valid_ds},
+                           run_config=RunConfig(verbose=0))
+    result = trainer.fit()
+    ranks = [result.metrics] + [r for rows in result.worker_history for r in rows]
+    assert [m["rows"] for m in ranks] == [50, 50], ranks
+    assert [m["valid"] for m in ranks] == [5, 5], ranks  # Ray splits every dataset
+
+
+small = (os.cpu_count() or 1) <= 2
+# Default CPUs per worker: each reserves a fraction, keeping a CPU for Ray Data.
+fit(ScalingConfig(num_workers=2))
+if small:
+    assert any("reserves 0.5 CPU" in m for m in messages.lines), messages.lines
+# One whole CPU per worker, as asked: the data is read before the workers start.
+fit(ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}))
+if small:
+    assert any("read into the object store" in m for m in messages.lines), messages.lines
+print("OK")
