@@ -9,6 +9,7 @@ Ported from Ray by rewriting imports only: ray.train -> engine, ray.tune -> engi
 
 import os
 import tempfile
+import uuid
 
 import pandas as pd
 
@@ -71,7 +72,7 @@ except RuntimeError as exc:
     assert "accuracy" in str(exc)
 
 # --- Checkpoint.to_uri / from_uri ------------------------------------------------------
-uri = best.to_uri("memory://exported/best")
+uri = best.to_uri(f"memory://exported/{uuid.uuid4().hex}/best")
 copy = Checkpoint.from_uri(uri)
 assert copy.get_metadata()["epoch"] == 2
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import uuid
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_to_uri_copies_and_refuses_a_used_target(tmp_path) -> None:
     src.mkdir()
     (src / "w.txt").write_text("1")
     ckpt = Checkpoint.from_directory(str(src))
-    uri = ckpt.to_uri("memory://unit_to_uri/a")
+    uri = ckpt.to_uri(f"memory://unit_to_uri/{uuid.uuid4().hex}")
     assert Checkpoint.from_uri(uri).get_metadata() == {}
     with Checkpoint.from_uri(uri).as_directory() as d:
         assert open(os.path.join(d, "w.txt")).read() == "1"
