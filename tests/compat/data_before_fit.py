@@ -13,7 +13,7 @@ import pandas as pd
 
 import engine.data
 import engine as train
-from engine import RunConfig, ScalingConfig
+from engine import ConfigError, RunConfig, ScalingConfig
 from engine.torch import TorchTrainer
 
 
@@ -50,15 +50,27 @@ def fit(scaling):
     ranks = [result.metrics] + [r for rows in result.worker_history for r in rows]
     assert [m["rows"] for m in ranks] == [50, 50], ranks
     assert [m["valid"] for m in ranks] == [5, 5], ranks  # Ray splits every dataset
+    return result
 
 
 small = (os.cpu_count() or 1) <= 2
 # Default CPUs per worker: each reserves a fraction, keeping a CPU for Ray Data.
-fit(ScalingConfig(num_workers=2))
+result = fit(ScalingConfig(num_workers=2))
 if small:
     assert any("reserves 0.5 CPU" in m for m in messages.lines), messages.lines
 # One whole CPU per worker, as asked: the data is read before the workers start.
 fit(ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}))
 if small:
     assert any("read into the object store" in m for m in messages.lines), messages.lines
+
+# Trainer.restore: Ray Datasets are not stored with the trainer, so they are passed again.
+assert TorchTrainer.can_restore(result.path)
+try:
+    TorchTrainer.restore(result.path)
+    raise AssertionError("restore without the in-memory datasets must say which")
+except ConfigError as exc:
+    assert "'train'" in str(exc) and "'valid'" in str(exc), exc
+restored = TorchTrainer.restore(result.path, datasets={"train": train_ds, "valid": valid_ds})
+again = restored.fit()  # the run finished: its result comes back, nothing runs again
+assert again.metrics["rows"] == 50 and again.path == result.path
 print("OK")
