@@ -21,6 +21,10 @@ from engine.exceptions import ConfigError
 
 logger = logging.getLogger("engine")
 
+#: A trainer pickling larger than this (a training function that captures its data) is
+#: not kept: restore() would copy that data into every run directory.
+MAX_STATE_BYTES = 64 * 1024 * 1024
+
 #: What restore() may replace besides the datasets (the rest comes from the pickle).
 RESTORE_OVERRIDES = ("train_loop_per_worker", "train_loop_config", "scaling_config",
                      "preprocessor", "resume_from_checkpoint")
@@ -47,6 +51,12 @@ def save_trainer(trainer: Any, storage: _storage.Storage) -> None:
         logger.warning("%s cannot be pickled (%s: %s): Trainer.restore() will not work for "
                        "this run; fit() again with the same RunConfig(name, storage_path) "
                        "resumes it.", type(trainer).__name__, type(exc).__name__, exc)
+        return
+    if len(data) > MAX_STATE_BYTES:
+        logger.warning("%s pickles to %d MiB (its training function or config captures "
+                       "data?): it is not kept, so Trainer.restore() will not work for this "
+                       "run; fit() again with the same RunConfig(name, storage_path) "
+                       "resumes it.", type(trainer).__name__, len(data) >> 20)
         return
     storage.makedirs(storage.root)
     storage.write_bytes_atomic(_storage.join(storage.root, constants.TRAINER_STATE_FILE),
