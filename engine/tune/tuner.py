@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from engine.config import RunConfig
 from engine.exceptions import ConfigError
-from engine.tune._experiment import ExperimentStore, open_experiment
+from engine.tune._experiment import ExperimentStore, fresh_experiment, open_experiment
 from engine.tune._loop import TrialLoop
 from engine.tune._trainable import make_trainable
 from engine.tune.result_grid import ResultGrid
@@ -110,8 +110,8 @@ class Tuner:
         ``TrainingFailedError``.
         """
         rc = self.run_config
-        name = rc.name or f"{self._trainable.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-        store = self._store or open_experiment(rc.storage_path, name, rc.storage_filesystem)
+        store = self._store or self._open_store()
+        name = store.storage.root.rstrip("/").rpartition("/")[2]
         store.storage.check_writable()
         state = store.load() if store.exists() else None
         if state is not None and self._restored is None:
@@ -122,6 +122,15 @@ class Tuner:
         ids = [r.trial.trial_id for r in runs if r.result is not None]
         return ResultGrid(results, self.tune_config.metric, self.tune_config.mode,
                           store.path, ids)
+
+    def _open_store(self) -> ExperimentStore:
+        """The named experiment (resumed when it holds a tuner state), or a fresh
+        directory under the default timestamped name (never someone else's)."""
+        rc = self.run_config
+        if rc.name:
+            return open_experiment(rc.storage_path, rc.name, rc.storage_filesystem)
+        name = f"{self._trainable.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        return fresh_experiment(rc.storage_path, name, rc.storage_filesystem)
 
     def _make_loop(self, store: ExperimentStore, name: str,
                    state: Optional[Dict[str, Any]]) -> TrialLoop:
