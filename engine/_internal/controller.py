@@ -13,7 +13,7 @@ import enum
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import failure_diagnosis as diagnosis
@@ -88,6 +88,7 @@ class Controller:
         self.attempt = 0
         self.error: Optional[BaseException] = None
         self.last_metrics: Dict[str, Any] = {}
+        self._deferred: Optional[Tuple[int, TrialDecision]] = None
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
         if self.run_config.verbose >= 1:
@@ -209,12 +210,11 @@ class Controller:
         if stalled is not None:
             return self._on_failure(stalled)
         try:
-            decision = self._process_rounds()
-            if decision is None and self.decide is not None:
-                decision = self.decide(None)
+            decision = self._next_decision()
         except FatalError as exc:  # e.g. a stopper that raised: the run fails, no retry
             return self._on_failure(exc)
         if decision is not None and decision.action is not TrialAction.CONTINUE:
+            self._cancel_deferred()  # e.g. the tuner stops every trial meanwhile
             return self._apply_decision(decision)
         mismatch = self.tracker.mismatch()
         if mismatch:
@@ -225,6 +225,16 @@ class Controller:
             self.record.finish(RunState.FINISHED.value, self.manager)
             return RunState.FINISHED
         return RunState.RUNNING
+
+    def _next_decision(self) -> Optional[TrialDecision]:
+        """The decide hook's verdict on this poll: a deferred RESTART now due, else its
+        first decision on the new rounds, else its once-per-poll check."""
+        decision = self._resolve_deferred()
+        if decision is None and self._deferred is None:
+            decision = self._process_rounds()
+        if decision is None and self.decide is not None:
+            decision = self.decide(None)
+        return decision
 
     def _take(self, results: List[PollResult]) -> Optional[WorkerError]:
         """Queue the ranks' reports; return the first (lowest rank's) error."""
@@ -278,6 +288,7 @@ class Controller:
         return RunState.SCHEDULING
 
     def _on_failure(self, error: BaseException) -> RunState:
+        self._cancel_deferred()
         self.error = error
         self.callbacks.call("on_failure", error)
         decision = self.failure_policy.make_decision(error, self.failures)
@@ -302,7 +313,12 @@ class Controller:
             self.record.save(self.manager)  # state stays RUNNING: fit() again resumes
             return RunState.FINISHED
         if decision.checkpoint is not None:
-            iteration = int(self.last_metrics.get("training_iteration", 0) or 0)
+            # Training goes on from the adopted checkpoint's iteration (the donor's, as
+            # in Ray Tune); the rows so far stay this run's history.
+            own = int(self.last_metrics.get("training_iteration", 0) or 0)
+            iteration = int((decision.checkpoint.metrics or {}).get("training_iteration")
+                            or own)
+            self.record.keep_rows()
             self.checkpoints.adopt(decision.checkpoint, iteration)
         if decision.trial_info:
             self.spec.trial_info.update(decision.trial_info)
@@ -324,9 +340,36 @@ class Controller:
             self.reports.handle(rnd)
             self.last_metrics = rnd.metrics
             decision = self.decide(rnd.metrics) if self.decide is not None else None
-            if decision is not None and decision.action is not TrialAction.CONTINUE:
-                return decision
+            if decision is None or decision.action is TrialAction.CONTINUE:
+                continue
+            if decision.prepare is not None:
+                self._deferred = (iteration, decision)
+                return self._resolve_deferred()
+            return decision
         return None
+
+    def _resolve_deferred(self) -> Optional[TrialDecision]:
+        """A deferred RESTART: applied once some rank reported after its round (so that
+        round was not the last), dropped when every rank finished without another report
+        (the run's final report is never exploited); until then, wait."""
+        if self._deferred is None:
+            return None
+        assert self.tracker is not None
+        iteration, decision = self._deferred
+        if max(self.tracker.reports.values()) > iteration:
+            self._deferred = None
+            assert decision.prepare is not None
+            return decision.prepare()
+        if self.tracker.all_finished:
+            self._cancel_deferred()
+        return None
+
+    def _cancel_deferred(self) -> None:
+        if self._deferred is not None:
+            decision = self._deferred[1]
+            self._deferred = None
+            if decision.cancel is not None:
+                decision.cancel()
 
     # --- helpers ---------------------------------------------------------------
     def _teardown(self, graceful: bool = False) -> None:

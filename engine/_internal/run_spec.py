@@ -50,3 +50,8 @@ class TrialDecision:
     config: Optional[Dict[str, Any]] = None
     checkpoint: Optional[Checkpoint] = None
     trial_info: Optional[Dict[str, Any]] = None
+    # A RESTART that is applied only once the round is known not to be the run's last
+    # (PBT never exploits a trial at its final report): ``prepare()`` then returns the
+    # decision to apply (None: go on unchanged); ``cancel()`` when it was the last.
+    prepare: Optional[Callable[[], Optional["TrialDecision"]]] = None
+    cancel: Optional[Callable[[], None]] = None

@@ -346,7 +346,10 @@ class TrialLoop:
                 return TrialDecision(TrialAction.STOP)
             decision = self.scheduler.on_trial_result(trial, metrics)
         if isinstance(decision, Exploit):
-            return self._exploit(run, decision, metrics)
+            # Applied once the trial reported again (never at its final report).
+            return TrialDecision(
+                TrialAction.RESTART,
+                prepare=functools.partial(self._exploit, run, decision, metrics))
         if decision == TrialScheduler.STOP:
             return TrialDecision(TrialAction.STOP)
         return None
@@ -387,6 +390,7 @@ class TrialLoop:
             run.exploits.append({
                 "training_iteration": metrics.get("training_iteration"),
                 "donor_trial_id": exploit.donor.trial_id, "donor_checkpoint": source.uri,
+                "donor_training_iteration": (source.metrics or {}).get("training_iteration"),
                 "old_config": old, "new_config": exploit.config, "time": time.time()})
             st = trial.storage
             st.write_json_atomic(_storage.join(st.root, PBT_POLICY_FILE),

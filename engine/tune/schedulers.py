@@ -338,6 +338,11 @@ class PopulationBasedTraining(TrialScheduler):
             return self.CONTINUE
         donor = donors[self._rng.randrange(len(donors))]
         self.num_exploits += 1
+        # The trial goes on from the donor's checkpoint, so its clock does too (Ray
+        # Tune carries the donor's last perturbation time over).
+        donor_t = (getattr(donor.checkpoint, "metrics", None) or {}).get(self.time_attr)
+        self._last_perturbation[trial.trial_id] = float(donor_t) if isinstance(
+            donor_t, (int, float)) else self._last_perturbation.get(donor.trial_id, t)
         return Exploit(donor=donor, config=self.explore(donor.config),
                        checkpoint=donor.checkpoint)
 
