@@ -32,6 +32,7 @@ from engine._internal.stopping import stop_hook
 from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
+from engine.checkpoint import Checkpoint
 from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
@@ -139,6 +140,10 @@ class Controller:
             self._finished_result = self._result(done=True)
             return RunState.FINISHED
         self.checkpoints.recover()
+        if self.spec.adopt_checkpoint is not None:
+            last = self.record.history[-1] if self.record.history else {}
+            self._adopt(self.spec.adopt_checkpoint, last)
+            self.spec.adopt_checkpoint = None
         self.failures = int(self.record.data.get("failures", 0))
         self.record.begin(self.spec)
         self.record.save(self.manager)
@@ -313,13 +318,7 @@ class Controller:
             self.record.save(self.manager)  # state stays RUNNING: fit() again resumes
             return RunState.FINISHED
         if decision.checkpoint is not None:
-            # Training goes on from the adopted checkpoint's iteration (the donor's, as
-            # in Ray Tune); the rows so far stay this run's history.
-            own = int(self.last_metrics.get("training_iteration", 0) or 0)
-            iteration = int((decision.checkpoint.metrics or {}).get("training_iteration")
-                            or own)
-            self.record.keep_rows()
-            self.checkpoints.adopt(decision.checkpoint, iteration)
+            self._adopt(decision.checkpoint, self.last_metrics)
         if decision.trial_info:
             self.spec.trial_info.update(decision.trial_info)
         if decision.config is not None:
@@ -327,6 +326,15 @@ class Controller:
         self.record.begin(self.spec)
         self.record.save(self.manager)
         return RunState.SCHEDULING
+
+    def _adopt(self, ckpt: Checkpoint, last_metrics: Dict[str, Any]) -> None:
+        """Make another run's checkpoint (PBT's donor) this run's latest. Training goes
+        on from its ``training_iteration`` (the donor's, as in Ray Tune); the rows so
+        far stay this run's history."""
+        own = int(last_metrics.get("training_iteration", 0) or 0)
+        iteration = int((ckpt.metrics or {}).get("training_iteration") or own)
+        self.record.keep_rows()
+        self.checkpoints.adopt(ckpt, iteration)
 
     # --- rounds ------------------------------------------------------------------
     def _process_rounds(self) -> Optional[TrialDecision]:

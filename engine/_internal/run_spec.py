@@ -30,6 +30,9 @@ class RunSpec:
     # Saved into every committed checkpoint, so prediction needs nothing else.
     preprocessor: Any = None
     model_card: Dict[str, Any] = field(default_factory=dict)
+    # A Tuner's paused trial that resumes from another trial's checkpoint (synchronous
+    # PBT): adopted as this run's latest when the run (re)starts, then cleared.
+    adopt_checkpoint: Optional[Checkpoint] = None
 
 
 class TrialAction(enum.Enum):

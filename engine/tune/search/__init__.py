@@ -326,6 +326,10 @@ class Searcher:
     ends.
     """
 
+    # ``suggest`` returns FINISHED when the search is over, None for "not now" (e.g.
+    # ConcurrencyLimiter at its limit; the loop asks again when a trial ends, and takes
+    # None as FINISHED when no trial is left that could change the answer).
+    FINISHED = "FINISHED"
     metric: Optional[str] = None
     mode: Optional[str] = None
 
@@ -335,8 +339,9 @@ class Searcher:
         self.metric = self.metric or metric
         self.mode = self.mode or mode
 
-    def suggest(self, trial_id: str) -> Optional[Dict[str, Any]]:
-        """A config for a new trial, or None when the search is over."""
+    def suggest(self, trial_id: str) -> Optional[Any]:
+        """A config for a new trial, :attr:`FINISHED` when the search is over, or None
+        for "not now"."""
         raise NotImplementedError
 
     def on_trial_result(self, trial_id: str, result: Dict[str, Any]) -> None:
@@ -392,5 +397,9 @@ __all__ = [
     "Domain", "Categorical", "Float", "Integer", "Normal", "Function", "choice", "uniform",
     "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
     "qlograndint", "randn", "qrandn", "sample_from", "grid_search", "Searcher",
-    "BasicVariantGenerator",
+    "BasicVariantGenerator", "ConcurrencyLimiter", "Repeater",
 ]
+
+# Wrappers around a searcher (their modules import this one).
+from engine.tune.search.concurrency_limiter import ConcurrencyLimiter  # noqa: E402
+from engine.tune.search.repeater import Repeater  # noqa: E402
