@@ -342,7 +342,8 @@ class Controller:
         first decision other than CONTINUE (later rounds of this poll are dropped with
         the group)."""
         assert self.tracker is not None
-        for iteration, items in self.tracker.pop_complete():
+        rounds = self.tracker.pop_complete()
+        for n, (iteration, items) in enumerate(rounds):
             rnd = Round.of(iteration, items, self.run_config.metrics_reduce,
                            self.record.driver_fields())
             self.reports.handle(rnd)
@@ -351,6 +352,8 @@ class Controller:
             if decision is None or decision.action is TrialAction.CONTINUE:
                 continue
             if decision.prepare is not None:
+                # Later rounds go back: processed only if the trial goes on after all.
+                self.tracker.pending.update({i: r for i, r in rounds[n + 1:]})
                 self._deferred = (iteration, decision)
                 return self._resolve_deferred()
             return decision
@@ -364,7 +367,7 @@ class Controller:
             return None
         assert self.tracker is not None
         iteration, decision = self._deferred
-        if max(self.tracker.reports.values()) > iteration:
+        if any(i > iteration for i in self.tracker.pending):
             self._deferred = None
             assert decision.prepare is not None
             return decision.prepare()

@@ -152,3 +152,21 @@ def test_an_exploit_is_applied_once_the_trial_reports_again(tmp_path):
     # Round 3 of the first attempt came after the decision: dropped with the group.
     assert [h["i"] for h in result.history] == [1, 2, 3]
     assert group.started[1].config == {"lr": 5}
+
+
+def test_a_deferred_decision_that_comes_to_nothing_keeps_the_later_rounds(tmp_path):
+    calls = []
+
+    def decide(metrics):
+        if metrics and metrics["i"] == 2:
+            return TrialDecision(TrialAction.PAUSE,
+                                 prepare=lambda: calls.append("prepare"))  # -> None
+        return None
+
+    # Rounds 2 and 3 in one poll: 3 shows that 2 was not the last report.
+    script = [rounds(1)[0], rounds(2)[0] + rounds(3)[0], [PollResult(0, [], True)]]
+    group = FakeWorkerGroup.scripted([script])
+    result = make(tmp_path, group, decide).run()
+    assert calls == ["prepare"] and len(group.started) == 1
+    assert [h["i"] for h in result.history] == [1, 2, 3]
+    assert state(tmp_path)["state"] == "FINISHED"
