@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Optional
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import Controller, RunSpec
 from engine.checkpoint import Checkpoint
-from engine.config import DataConfig, RunConfig, ScalingConfig
+from engine.config import DataConfig, RunConfig, ScalingConfig, check_no_search_space
 from engine.exceptions import ConfigError
 from engine.result import Result
 
@@ -126,6 +126,8 @@ class DataParallelTrainer(BaseTrainer):
             "without resume_from_checkpoint.", found, self._framework)
 
     def _run_spec(self) -> RunSpec:
+        for config in (self.scaling_config, self.dataset_config):
+            check_no_search_space(config, "put it in a Tuner's param_space")
         self._check_resume_checkpoint()
         datasets = self.datasets
         if self.preprocessor is not None:

@@ -32,6 +32,7 @@ from engine.callbacks import Callback
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
+from engine.tune._config_space import expand, rebuild
 from engine.tune._experiment import ExperimentStore, storable_run_config, tuner_callbacks
 from engine.tune._pool import WorkerGroupPool, group_key
 from engine.tune._paused import PausedTrials
@@ -110,8 +111,8 @@ class TrialLoop:
         stopper = make_stopper(run_config.stop)
         self._stopper = StopCheck(stopper) if stopper is not None else None
         self._iteration = 0
-        self._params: List[Path] = [p for p, v in leaves(param_space)
-                                    if searched(v)]
+        space, self._classes = expand(param_space)  # config objects holding a space
+        self._params: List[Path] = [p for p, v in leaves(space) if searched(v)]
         progress = ([ProgressReporter(name, tune_config.metric, self._params,
                                       verbose=run_config.verbose)]
                     if run_config.verbose >= 1 else [])
@@ -219,7 +220,7 @@ class TrialLoop:
                 if config is not None or not self._unfinished():
                     self.searcher_done = True
                 return None
-            run = self.new_run(index, trial_id, config)
+            run = self.new_run(index, trial_id, rebuild(config, self._classes))
             self.runs.append(run)
             self._pending.append(run)
             self.scheduler.on_trial_add(run.trial)

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 from engine.config import RunConfig
 from engine.exceptions import ConfigError
 from engine.tune._experiment import ExperimentStore, fresh_experiment, open_experiment
+from engine.tune._config_space import expand
 from engine.tune._loop import TrialLoop
 from engine.tune._trainable import make_trainable
 from engine.tune.result_grid import ResultGrid
@@ -138,7 +139,7 @@ class Tuner:
         searcher: Searcher = tc.search_alg or BasicVariantGenerator()
         scheduler: TrialScheduler = tc.scheduler or FIFOScheduler()
         if state is None:
-            searcher.set_search_properties(tc.metric, tc.mode, self.param_space,
+            searcher.set_search_properties(tc.metric, tc.mode, expand(self.param_space)[0],
                                            tc.num_samples, tc.seed)
             scheduler.set_search_properties(tc.metric, tc.mode, tc.seed)
             tc = dataclasses.replace(tc, search_alg=searcher, scheduler=scheduler)

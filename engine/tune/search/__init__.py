@@ -25,6 +25,8 @@ GRID_KEY = "grid_search"
 class Domain:
     """A distribution to sample one hyperparameter from."""
 
+    _search_space_marker = True  # engine.config.is_search_marker
+
     def sample(self, rng: random.Random) -> Any:
         raise NotImplementedError
 
@@ -271,6 +273,9 @@ def set_path(config: Dict[str, Any], path: Path, value: Any) -> None:
 def get_path(config: Dict[str, Any], path: Path, default: Any = None) -> Any:
     node: Any = config
     for key in path:
+        if hasattr(node, "__dataclass_fields__") and key in node.__dataclass_fields__:
+            node = getattr(node, key)  # a config object the Tuner rebuilt (ScalingConfig)
+            continue
         if not isinstance(node, dict) or key not in node:
             return default
         node = node[key]
