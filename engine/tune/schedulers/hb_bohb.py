@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from engine.tune.schedulers import HyperBandForBOHB
+from engine.tune.schedulers.hyperband import HyperBandForBOHB
 
 __all__ = ["HyperBandForBOHB"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Set, Tuple
 
 from engine.exceptions import ConfigError
-from engine.tune.search import Searcher
+from engine.tune.search.searcher import Searcher
 
 
 class ConcurrencyLimiter(Searcher):

@@ -10,7 +10,7 @@ import statistics
 from typing import Any, Dict, List, Optional
 
 from engine.exceptions import ConfigError
-from engine.tune.search import Searcher
+from engine.tune.search.searcher import Searcher
 
 logger = logging.getLogger("engine")
 TRIAL_INDEX = "__trial_index__"
