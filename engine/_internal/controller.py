@@ -85,11 +85,10 @@ class Controller:
                                       UserCallbacks(self.callbacks)])
         self.group: Optional[WorkerGroup] = None
         self.tracker: Optional[RoundTracker] = None
-        self.failures = 0
-        self.attempt = 0
+        self.failures = self.attempt = 0
         self.error: Optional[BaseException] = None
         self.last_metrics: Dict[str, Any] = {}
-        self._deferred: Optional[Tuple[int, TrialDecision]] = None
+        self._deferred: Optional[Tuple[int, TrialDecision]] = None  # (round, decision)
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
         if self.run_config.verbose >= 1:
