@@ -17,6 +17,37 @@ from engine.exceptions import ConfigError
 _HOOK_PREFIXES = ("on_", "log_trial_")
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def is_search_marker(value: Any) -> bool:
+    """A Tune search-space marker: a domain (``tune.choice`` …) or ``grid_search``
+    (checked by shape: this module does not import engine.tune)."""
+    if getattr(type(value), "_search_space_marker", False):
+        return True
+    return isinstance(value, dict) and len(value) == 1 and "grid_search" in value
+
+
+def search_markers(config: Any) -> List[str]:
+    """The fields of a config object that hold a search-space marker (also inside a
+    dict field, e.g. ``resources_per_worker={"CPU": tune.choice([1, 2])}``)."""
+    out = []
+    for name in getattr(config, "__dataclass_fields__", {}):
+        value = getattr(config, name)
+        if is_search_marker(value) or (isinstance(value, dict) and any(
+                is_search_marker(v) for v in value.values())):
+            out.append(name)
+    return out
+
+
+def check_no_search_space(config: Any, where: str) -> None:
+    """A search-space marker left in a config object that is about to be used."""
+    fields = search_markers(config)
+    if fields:
+        raise ConfigError(
+            f"{type(config).__name__}({fields[0]}=...) holds a search space "
+            f"(tune.grid_search / a sampling domain), which only a Tuner resolves, per "
+            f"trial: {where}, e.g. Tuner(trainer, param_space={{'scaling_config': "
+            f"ScalingConfig(num_workers=tune.grid_search([1, 2]))}}), or give a value.")
 _SCORE_ORDERS = ("max", "min")
 
 
@@ -42,6 +73,8 @@ class ScalingConfig:
     placement_strategy: str = "PACK"
 
     def __post_init__(self) -> None:
+        if search_markers(self):  # a Tuner's param_space: checked once resolved per trial
+            return
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) \
                 or self.num_workers < 1:
             raise ConfigError(
@@ -393,6 +426,8 @@ class DataConfig:
     datasets_to_split: Union[str, List[str]] = "all"
 
     def __post_init__(self) -> None:
+        if search_markers(self):  # a Tuner's param_space: checked once resolved per trial
+            return
         value = self.datasets_to_split
         if not (value == "all" or (isinstance(value, (list, tuple, set)) and all(
                 isinstance(n, str) for n in value))):

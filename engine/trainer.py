@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Optional
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import Controller, RunSpec
 from engine.checkpoint import Checkpoint
-from engine.config import DataConfig, RunConfig, ScalingConfig
+from engine.config import DataConfig, RunConfig, ScalingConfig, check_no_search_space
 from engine.exceptions import ConfigError
 from engine.result import Result
 
@@ -178,6 +178,8 @@ class DataParallelTrainer(BaseTrainer):
                 "when it calls engine.report(metrics, checkpoint=...): drop the two fields.")
 
     def _run_spec(self) -> RunSpec:
+        for config in (self.scaling_config, self.dataset_config):
+            check_no_search_space(config, "put it in a Tuner's param_space")
         self._check_resume_checkpoint()
         self._check_checkpoint_config()
         datasets = self.datasets

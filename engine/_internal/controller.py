@@ -13,7 +13,7 @@ import enum
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import failure_diagnosis as diagnosis
@@ -35,6 +35,7 @@ from engine._internal.storage_paths import default_root
 from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
 from engine.config import log_file_names
+from engine.checkpoint import Checkpoint
 from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
@@ -87,10 +88,10 @@ class Controller:
                                       UserCallbacks(self.callbacks)])
         self.group: Optional[WorkerGroup] = None
         self.tracker: Optional[RoundTracker] = None
-        self.failures = 0
-        self.attempt = 0
+        self.failures = self.attempt = 0
         self.error: Optional[BaseException] = None
         self.last_metrics: Dict[str, Any] = {}
+        self._deferred: Optional[Tuple[int, TrialDecision]] = None  # (round, decision)
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
         self._scheduled_at = 0.0
@@ -143,6 +144,10 @@ class Controller:
             self._finished_result = self._result(done=True)
             return RunState.FINISHED
         self.checkpoints.recover()
+        if self.spec.adopt_checkpoint is not None:
+            last = self.record.history[-1] if self.record.history else {}
+            self._adopt(self.spec.adopt_checkpoint, last)
+            self.spec.adopt_checkpoint = None
         self.failures = int(self.record.data.get("failures", 0))
         self.record.begin(self.spec)
         self.record.save(self.manager)
@@ -239,12 +244,11 @@ class Controller:
         if stalled is not None:
             return self._on_failure(stalled)
         try:
-            decision = self._process_rounds()
-            if decision is None and self.decide is not None:
-                decision = self.decide(None)
+            decision = self._next_decision()
         except FatalError as exc:  # e.g. a stopper that raised: the run fails, no retry
             return self._on_failure(exc)
         if decision is not None and decision.action is not TrialAction.CONTINUE:
+            self._cancel_deferred()  # e.g. the tuner stops every trial meanwhile
             return self._apply_decision(decision)
         mismatch = self.tracker.mismatch()
         if mismatch:
@@ -255,6 +259,16 @@ class Controller:
             self.record.finish(RunState.FINISHED.value, self.manager)
             return RunState.FINISHED
         return RunState.RUNNING
+
+    def _next_decision(self) -> Optional[TrialDecision]:
+        """The decide hook's verdict on this poll: a deferred RESTART now due, else its
+        first decision on the new rounds, else its once-per-poll check."""
+        decision = self._resolve_deferred()
+        if decision is None and self._deferred is None:
+            decision = self._process_rounds()
+        if decision is None and self.decide is not None:
+            decision = self.decide(None)
+        return decision
 
     def _take(self, results: List[PollResult]) -> Optional[WorkerError]:
         """Queue the ranks' reports; return the first (lowest rank's) error."""
@@ -308,6 +322,7 @@ class Controller:
         return RunState.SCHEDULING
 
     def _on_failure(self, error: BaseException) -> RunState:
+        self._cancel_deferred()
         self.error = error
         self.callbacks.call("on_failure", error)
         decision = self.failure_policy.make_decision(error, self.failures)
@@ -332,8 +347,7 @@ class Controller:
             self.record.save(self.manager)  # state stays RUNNING: fit() again resumes
             return RunState.FINISHED
         if decision.checkpoint is not None:
-            iteration = int(self.last_metrics.get("training_iteration", 0) or 0)
-            self.checkpoints.adopt(decision.checkpoint, iteration)
+            self._adopt(decision.checkpoint, self.last_metrics)
         if decision.trial_info:
             self.spec.trial_info.update(decision.trial_info)
         if decision.config is not None:
@@ -342,21 +356,60 @@ class Controller:
         self.record.save(self.manager)
         return RunState.SCHEDULING
 
+    def _adopt(self, ckpt: Checkpoint, last_metrics: Dict[str, Any]) -> None:
+        """Make another run's checkpoint (PBT's donor) this run's latest. Training goes
+        on from its ``training_iteration`` (the donor's, as in Ray Tune); the rows so
+        far stay this run's history."""
+        own = int(last_metrics.get("training_iteration", 0) or 0)
+        iteration = int((ckpt.metrics or {}).get("training_iteration") or own)
+        self.record.keep_rows()
+        self.checkpoints.adopt(ckpt, iteration)
+
     # --- rounds ------------------------------------------------------------------
     def _process_rounds(self) -> Optional[TrialDecision]:
         """Hand complete rounds to the report handler; with a ``decide`` hook, return its
         first decision other than CONTINUE (later rounds of this poll are dropped with
         the group)."""
         assert self.tracker is not None
-        for iteration, items in self.tracker.pop_complete():
+        rounds = self.tracker.pop_complete()
+        for n, (iteration, items) in enumerate(rounds):
             rnd = Round.of(iteration, items, self.run_config.metrics_reduce,
                            self.record.driver_fields())
             self.reports.handle(rnd)
             self.last_metrics = rnd.metrics
             decision = self.decide(rnd.metrics) if self.decide is not None else None
-            if decision is not None and decision.action is not TrialAction.CONTINUE:
-                return decision
+            if decision is None or decision.action is TrialAction.CONTINUE:
+                continue
+            if decision.prepare is not None:
+                # Later rounds go back: processed only if the trial goes on after all.
+                self.tracker.pending.update({i: r for i, r in rounds[n + 1:]})
+                self._deferred = (iteration, decision)
+                return self._resolve_deferred()
+            return decision
         return None
+
+    def _resolve_deferred(self) -> Optional[TrialDecision]:
+        """A deferred RESTART: applied once some rank reported after its round (so that
+        round was not the last), dropped when every rank finished without another report
+        (the run's final report is never exploited); until then, wait."""
+        if self._deferred is None:
+            return None
+        assert self.tracker is not None
+        iteration, decision = self._deferred
+        if any(i > iteration for i in self.tracker.pending):
+            self._deferred = None
+            assert decision.prepare is not None
+            return decision.prepare()
+        if self.tracker.all_finished:
+            self._cancel_deferred()
+        return None
+
+    def _cancel_deferred(self) -> None:
+        if self._deferred is not None:
+            decision = self._deferred[1]
+            self._deferred = None
+            if decision.cancel is not None:
+                decision.cancel()
 
     # --- helpers ---------------------------------------------------------------
     def _teardown(self, graceful: bool = False) -> None:

@@ -131,12 +131,20 @@ class RunRecord:
     def truncate_to(self, iteration: int) -> int:
         """Forget rounds after ``iteration`` (a restart redoes them); return the
         iteration training continues from."""
+        # Rows before an adopted checkpoint (PBT) are the trial's past, whatever their
+        # training_iteration: only rows after the adoption can be redone.
+        floor = min(int(self.data.get("kept_rows", 0)), len(self.history))
         keep = [i for i, row in enumerate(self.history)
-                if row.get("training_iteration", 0) <= iteration]
+                if i < floor or row.get("training_iteration", 0) <= iteration]
         n = len(keep)
         self.history = self.history[:n]
         self.worker_history = self.worker_history[:n]
         return iteration
+
+    def keep_rows(self) -> None:
+        """Keep every row so far through later restarts: the run adopted another run's
+        checkpoint (PBT), whose ``training_iteration`` may be below this run's."""
+        self.data["kept_rows"] = len(self.history)
 
     # --- checkpoints -------------------------------------------------------------
     def recover_checkpoints(self, config: CheckpointConfig) -> CheckpointManager:

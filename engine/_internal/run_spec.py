@@ -30,6 +30,9 @@ class RunSpec:
     # Saved into every committed checkpoint, so prediction needs nothing else.
     preprocessor: Any = None
     model_card: Dict[str, Any] = field(default_factory=dict)
+    # A Tuner's paused trial that resumes from another trial's checkpoint (synchronous
+    # PBT): adopted as this run's latest when the run (re)starts, then cleared.
+    adopt_checkpoint: Optional[Checkpoint] = None
 
 
 class TrialAction(enum.Enum):
@@ -50,3 +53,8 @@ class TrialDecision:
     config: Optional[Dict[str, Any]] = None
     checkpoint: Optional[Checkpoint] = None
     trial_info: Optional[Dict[str, Any]] = None
+    # A RESTART that is applied only once the round is known not to be the run's last
+    # (PBT never exploits a trial at its final report): ``prepare()`` then returns the
+    # decision to apply (None: go on unchanged); ``cancel()`` when it was the last.
+    prepare: Optional[Callable[[], Optional["TrialDecision"]]] = None
+    cancel: Optional[Callable[[], None]] = None

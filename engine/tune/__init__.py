@@ -8,9 +8,11 @@
 
 Ray Tune's names are here too (``tune.run``, ``tune.report`` inside a function trainable,
 the sampling helpers, ``engine.tune.stopper``, ``engine.tune.logger``,
-``engine.tune.search.optuna``): see docs/porting-from-ray.md.
+``engine.tune.search.optuna``, ``.hyperopt``, ``.bayesopt``, ``.bohb``): see
+docs/porting-from-ray.md.
 
-Optuna is imported only when ``OptunaSearch`` is set up (``pip install 'trainyard[tune]'``).
+The searchers' libraries (Optuna, hyperopt, bayesian-optimization, ConfigSpace) are
+imported only when a searcher is set up (``pip install 'trainyard[tune]'``).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from engine.tune.analysis import ExperimentAnalysis, TuneError
 from engine.tune.optuna_search import OptunaSearch
 from engine.tune.result_grid import ResultGrid
 from engine.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler, FIFOScheduler,
-                                    MedianStoppingRule, PopulationBasedTraining,
-                                    TrialScheduler)
-from engine.tune.search import (BasicVariantGenerator, Searcher, choice, grid_search,
-                                lograndint, loguniform, qlograndint, qloguniform, qrandint,
-                                qrandn, quniform, randint, randn, sample_from, uniform)
+                                    HyperBandForBOHB, HyperBandScheduler, MedianStoppingRule,
+                                    PopulationBasedTraining, TrialScheduler)
+from engine.tune.search import (BasicVariantGenerator, ConcurrencyLimiter, Repeater, Searcher,
+                                choice, grid_search, lograndint, loguniform, qlograndint,
+                                qloguniform, qrandint, qrandn, quniform, randint, randn,
+                                sample_from, uniform)
 from engine.tune.stopper import Stopper
 from engine.tune.tune_config import TuneConfig
 from engine.tune.tuner import Tuner
@@ -39,8 +42,9 @@ __all__ = [
     "Tuner", "TuneConfig", "ResultGrid", "grid_search", "choice", "uniform", "quniform",
     "loguniform", "qloguniform", "randint", "qrandint", "lograndint", "qlograndint",
     "randn", "qrandn", "sample_from", "FIFOScheduler", "ASHAScheduler",
-    "AsyncHyperBandScheduler", "MedianStoppingRule", "PopulationBasedTraining", "PBT",
-    "TrialScheduler", "OptunaSearch", "Searcher", "BasicVariantGenerator", "with_resources",
+    "AsyncHyperBandScheduler", "HyperBandScheduler", "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PBT",
+    "TrialScheduler", "OptunaSearch", "Searcher", "BasicVariantGenerator",
+    "ConcurrencyLimiter", "Repeater", "with_resources",
     "with_parameters", "run", "ExperimentAnalysis", "TuneError", "Stopper", "stopper",
     "report", "get_checkpoint", "get_context", "Checkpoint",
 ]

@@ -87,6 +87,20 @@ def open_experiment(storage_path: Optional[str], name: str, filesystem: Any = No
     return ExperimentStore(_storage.Storage(base.fs, _storage.join(base.root, name)))
 
 
+def fresh_experiment(storage_path: Optional[str], name: str, filesystem: Any = None
+                     ) -> ExperimentStore:
+    """A store for a new experiment under a default (timestamped) name: ``name``, or
+    ``name_2``, ``name_3`` … when a directory of that name exists already. Two Tuners
+    started within the same second must not share a directory: the second would resume
+    the first's stored trials and return its results instead of running its own."""
+    store = open_experiment(storage_path, name, filesystem)
+    n = 1
+    while store.storage.exists(store.storage.root):
+        n += 1
+        store = open_experiment(storage_path, f"{name}_{n}", filesystem)
+    return store
+
+
 def tuner_callbacks(callbacks: List[Any]) -> List[Any]:
     """The callbacks the Tuner calls. Every trial's own run already writes the default
     per-trial files (result.json, progress.csv); a user instance of one of those logger

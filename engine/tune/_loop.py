@@ -32,8 +32,10 @@ from engine.callbacks import Callback
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
+from engine.tune._config_space import expand, rebuild
 from engine.tune._experiment import ExperimentStore, storable_run_config, tuner_callbacks
 from engine.tune._pool import WorkerGroupPool, group_key
+from engine.tune._paused import PausedTrials
 from engine.tune._pbt import PBT_POLICY_FILE, copy_donor_checkpoint
 from engine.tune._progress import ProgressReporter
 from engine.tune._restore import PAUSED, restore_trials
@@ -109,8 +111,8 @@ class TrialLoop:
         stopper = make_stopper(run_config.stop)
         self._stopper = StopCheck(stopper) if stopper is not None else None
         self._iteration = 0
-        self._params: List[Path] = [p for p, v in leaves(param_space)
-                                    if searched(v)]
+        space, self._classes = expand(param_space)  # config objects holding a space
+        self._params: List[Path] = [p for p, v in leaves(space) if searched(v)]
         progress = ([ProgressReporter(name, tune_config.metric, self._params,
                                       verbose=run_config.verbose)]
                     if run_config.verbose >= 1 else [])
@@ -124,6 +126,7 @@ class TrialLoop:
         reuse = trainable.reusable if reuse is None else (reuse and trainable.can_reuse)
         self._pool = WorkerGroupPool() if reuse else None
         self._max_trials = searcher.total_trials or tune_config.num_samples
+        self._paused = PausedTrials(self)
         self._capacity: Dict[str, float] = {}
         self.fail_fast_error: Optional[BaseException] = None
 
@@ -146,7 +149,11 @@ class TrialLoop:
                     logger.info("Tuner %s: time_budget_s=%s reached; stopping all trials.",
                                 self.name, budget)
                     self._stop_action = TrialAction.STOP
+                self._paused.apply()
                 self._launch()
+                if not self._running and not self._pending and self._stop_action is None:
+                    self._paused.release()  # no-op unless paused trials wait in vain
+                    self._launch()
                 if not self._running and (self._stop_action is not None or (
                         not self._pending and self._exhausted())):
                     break
@@ -209,15 +216,21 @@ class TrialLoop:
         trial_id = f"{self.experiment_id[:5]}_{index:05d}"
         with self._lock:
             config = self.searcher.suggest(trial_id)
-            if config is None:
-                self.searcher_done = True
+            if config is None or isinstance(config, str):  # not now, or FINISHED
+                # "Not now" waits for a trial that could change the answer.
+                if config is not None or not self._unfinished():
+                    self.searcher_done = True
                 return None
-            run = self.new_run(index, trial_id, config)
+            run = self.new_run(index, trial_id, rebuild(config, self._classes))
             self.runs.append(run)
             self._pending.append(run)
             self.scheduler.on_trial_add(run.trial)
             self._save()
         return run
+
+    def _unfinished(self) -> bool:
+        return any(r.trial.status in (_trial.PENDING, _trial.RUNNING, PAUSED)
+                   and not (r.trial.status == PAUSED and not r.paused) for r in self.runs)
 
     def new_run(self, index: int, trial_id: str, config: Dict[str, Any],
                 restored: Optional[Dict[str, Any]] = None) -> TrialRun:
@@ -341,14 +354,30 @@ class TrialLoop:
             trial = run.trial
             trial.last_result = metrics
             self._iteration += 1
-            self.searcher.on_trial_result(trial.trial_id, metrics)
             self._callbacks.call("on_trial_result", self._iteration, self.trials, trial,
                                  metrics)
             if self._stopped(trial.trial_id, metrics):
+                self.searcher.on_trial_result(trial.trial_id, metrics)
                 return TrialDecision(TrialAction.STOP)
+            # The scheduler first, as in Ray Tune: it may annotate the result (e.g.
+            # HyperBandForBOHB's budget) for the searcher.
             decision = self.scheduler.on_trial_result(trial, metrics)
+            self.searcher.on_trial_result(trial.trial_id, metrics)
+            self._paused.take()
+        return self._scheduler_decision(run, decision, metrics)
+
+    def _scheduler_decision(self, run: TrialRun, decision: Any, metrics: Dict[str, Any]
+                            ) -> Optional[TrialDecision]:
+        """The controller's decision for a scheduler's. An exploit and a pause wait for
+        the trial's next report (never at its final report)."""
         if isinstance(decision, Exploit):
-            return self._exploit(run, decision, metrics)
+            return TrialDecision(
+                TrialAction.RESTART,
+                prepare=functools.partial(self._exploit, run, decision, metrics))
+        if decision == TrialScheduler.PAUSE:
+            return TrialDecision(
+                TrialAction.PAUSE,
+                prepare=functools.partial(self._paused.on_pause_due, run, metrics))
         if decision == TrialScheduler.STOP:
             return TrialDecision(TrialAction.STOP)
         return None
@@ -372,10 +401,18 @@ class TrialLoop:
                  ) -> Optional[TrialDecision]:
         """Copy the donor's checkpoint (outside the lock: it may be large) and restart
         this trial from it with the perturbed config."""
-        source = exploit.checkpoint
         ckpt = copy_donor_checkpoint(exploit, run.trial.trial_name)
         if ckpt is None:
             return None
+        train_config = self._adopt_exploit(run, exploit, metrics)
+        return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
+                             trial_info={"experiment_tag": run.trial.experiment_tag})
+
+    def _adopt_exploit(self, run: TrialRun, exploit: Exploit, metrics: Dict[str, Any]
+                       ) -> Dict[str, Any]:
+        """The trial takes the donor's checkpoint and the perturbed config (recorded in
+        its pbt_policy.json); returns the config its training function gets."""
+        source = exploit.checkpoint
         with self._lock:
             trial = run.trial
             old = trial.config
@@ -389,6 +426,7 @@ class TrialLoop:
             run.exploits.append({
                 "training_iteration": metrics.get("training_iteration"),
                 "donor_trial_id": exploit.donor.trial_id, "donor_checkpoint": source.uri,
+                "donor_training_iteration": (source.metrics or {}).get("training_iteration"),
                 "old_config": old, "new_config": exploit.config, "time": time.time()})
             st = trial.storage
             st.write_json_atomic(_storage.join(st.root, PBT_POLICY_FILE),
@@ -397,8 +435,7 @@ class TrialLoop:
             train_config = self.trainable.train_loop_config(exploit.config)
         logger.info("PBT: %s restarts from %s's checkpoint with %s.", trial.trial_name,
                     exploit.donor.trial_name, changed)
-        return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
-                             trial_info={"experiment_tag": trial.experiment_tag})
+        return train_config
 
     # --- ending trials -------------------------------------------------------------
     def _on_trial_end(self, run: TrialRun, result: Result) -> None:
@@ -439,6 +476,7 @@ class TrialLoop:
             return
         self.searcher.on_trial_complete(trial.trial_id, result.metrics, error=failed)
         self.scheduler.on_trial_complete(trial, result.metrics)
+        self._paused.take()
         hook = "on_trial_error" if failed else "on_trial_complete"
         self._callbacks.call(hook, self._iteration, self.trials, trial)
 

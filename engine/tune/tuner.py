@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional
 
 from engine.config import RunConfig
 from engine.exceptions import ConfigError
-from engine.tune._experiment import ExperimentStore, open_experiment
+from engine.tune._config_space import expand
+from engine.tune._experiment import ExperimentStore, fresh_experiment, open_experiment
 from engine.tune._loop import TrialLoop, TrialRun
 from engine.tune._trainable import make_trainable
 from engine.tune.result_grid import ResultGrid
@@ -111,8 +112,8 @@ class Tuner:
         ``TrainingFailedError``.
         """
         rc = self.run_config
-        name = rc.name or f"{self._trainable.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-        store = self._store or open_experiment(rc.storage_path, name, rc.storage_filesystem)
+        store = self._store or self._open_store()
+        name = store.storage.root.rstrip("/").rpartition("/")[2]
         store.storage.check_writable()
         state = store.load() if store.exists() else None
         if state is not None and self._restored is None:
@@ -155,6 +156,15 @@ class Tuner:
         loop.restore(state["trials"], resume_unfinished=False)
         return self._grid_of(loop.runs, store)
 
+    def _open_store(self) -> ExperimentStore:
+        """The named experiment (resumed when it holds a tuner state), or a fresh
+        directory under the default timestamped name (never someone else's)."""
+        rc = self.run_config
+        if rc.name:
+            return open_experiment(rc.storage_path, rc.name, rc.storage_filesystem)
+        name = f"{self._trainable.name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+        return fresh_experiment(rc.storage_path, name, rc.storage_filesystem)
+
     def _make_loop(self, store: ExperimentStore, name: str,
                    state: Optional[Dict[str, Any]],
                    read_only: Optional[Dict[str, Any]] = None) -> TrialLoop:
@@ -169,7 +179,7 @@ class Tuner:
         searcher: Searcher = tc.search_alg or BasicVariantGenerator()
         scheduler: TrialScheduler = tc.scheduler or FIFOScheduler()
         if state is None:
-            searcher.set_search_properties(tc.metric, tc.mode, self.param_space,
+            searcher.set_search_properties(tc.metric, tc.mode, expand(self.param_space)[0],
                                            tc.num_samples, tc.seed)
             scheduler.set_search_properties(tc.metric, tc.mode, tc.seed)
             tc = dataclasses.replace(tc, search_alg=searcher, scheduler=scheduler)

@@ -98,3 +98,75 @@ def test_restart_adopts_the_checkpoint_and_the_new_config(tmp_path):
     marker = json.load(open(os.path.join(result.checkpoint.path, ".trainyard_committed")))
     assert marker["iteration"] == 2
     assert state(tmp_path)["config"] == {"lr": 5}
+
+
+def test_restart_goes_on_from_the_donor_checkpoints_iteration(tmp_path):
+    donor = Checkpoint.from_dict({"weights": 42})
+    donor.metrics = {"score": 9, "training_iteration": 1}
+    group = FakeWorkerGroup.scripted([rounds(1, 2, 3), rounds(2, finished=True)])
+
+    def decide(metrics):
+        if metrics and metrics["i"] == 3 and len(group.started) == 1:
+            return TrialDecision(TrialAction.RESTART, config={"lr": 5}, checkpoint=donor)
+        return None
+
+    result = make(tmp_path, group, decide).run()
+    second = group.started[1]
+    assert second.session_args[0]["start_iteration"] == 1  # the donor's, not 3
+    # The trial's own rounds stay its history; training goes on after the donor's.
+    assert [h["i"] for h in result.history] == [1, 2, 3, 2]
+    marker = json.load(open(os.path.join(result.checkpoint.path, ".trainyard_committed")))
+    assert marker["iteration"] == 1
+
+
+def _deferred(group, at, calls):
+    donor = Checkpoint.from_dict({"weights": 1})
+    donor.metrics = {"training_iteration": at}
+
+    def prepare():
+        calls.append("prepare")
+        return TrialDecision(TrialAction.RESTART, config={"lr": 5}, checkpoint=donor)
+
+    def decide(metrics):
+        if metrics and metrics["i"] == at and len(group.started) == 1:
+            return TrialDecision(TrialAction.RESTART, prepare=prepare,
+                                 cancel=lambda: calls.append("cancel"))
+        return None
+    return decide
+
+
+def test_an_exploit_at_the_final_report_is_dropped(tmp_path):
+    calls = []
+    group = FakeWorkerGroup.scripted([rounds(1, 2, finished=True)])
+    result = make(tmp_path, group, _deferred(group, 2, calls)).run()
+    assert calls == ["cancel"] and len(group.started) == 1
+    assert [h["i"] for h in result.history] == [1, 2]
+    assert result.metrics["done"] is True and result.config == {"lr": 1}
+
+
+def test_an_exploit_is_applied_once_the_trial_reports_again(tmp_path):
+    calls = []
+    group = FakeWorkerGroup.scripted([rounds(1, 2, 3), rounds(3, finished=True)])
+    result = make(tmp_path, group, _deferred(group, 2, calls)).run()
+    assert calls == ["prepare"] and len(group.started) == 2
+    # Round 3 of the first attempt came after the decision: dropped with the group.
+    assert [h["i"] for h in result.history] == [1, 2, 3]
+    assert group.started[1].config == {"lr": 5}
+
+
+def test_a_deferred_decision_that_comes_to_nothing_keeps_the_later_rounds(tmp_path):
+    calls = []
+
+    def decide(metrics):
+        if metrics and metrics["i"] == 2:
+            return TrialDecision(TrialAction.PAUSE,
+                                 prepare=lambda: calls.append("prepare"))  # -> None
+        return None
+
+    # Rounds 2 and 3 in one poll: 3 shows that 2 was not the last report.
+    script = [rounds(1)[0], rounds(2)[0] + rounds(3)[0], [PollResult(0, [], True)]]
+    group = FakeWorkerGroup.scripted([script])
+    result = make(tmp_path, group, decide).run()
+    assert calls == ["prepare"] and len(group.started) == 1
+    assert [h["i"] for h in result.history] == [1, 2, 3]
+    assert state(tmp_path)["state"] == "FINISHED"

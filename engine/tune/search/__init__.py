@@ -16,6 +16,7 @@ import random
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from engine.exceptions import ConfigError
+from engine.tune.search.searcher import Searcher
 
 Path = Tuple[str, ...]
 GRID_KEY = "grid_search"
@@ -24,6 +25,8 @@ GRID_KEY = "grid_search"
 # --- domains --------------------------------------------------------------------------
 class Domain:
     """A distribution to sample one hyperparameter from."""
+
+    _search_space_marker = True  # engine.config.is_search_marker
 
     def sample(self, rng: random.Random) -> Any:
         raise NotImplementedError
@@ -271,6 +274,9 @@ def set_path(config: Dict[str, Any], path: Path, value: Any) -> None:
 def get_path(config: Dict[str, Any], path: Path, default: Any = None) -> Any:
     node: Any = config
     for key in path:
+        if hasattr(node, "__dataclass_fields__") and key in node.__dataclass_fields__:
+            node = getattr(node, key)  # a config object the Tuner rebuilt (ScalingConfig)
+            continue
         if not isinstance(node, dict) or key not in node:
             return default
         node = node[key]
@@ -318,40 +324,6 @@ def grid_combinations(space: Dict[str, Any]) -> List[Dict[Path, Any]]:
 
 
 # --- searchers -------------------------------------------------------------------------
-class Searcher:
-    """Suggests configs and learns from finished trials.
-
-    Subclasses implement :meth:`suggest`; the tuner calls :meth:`set_search_properties`
-    once, then ``suggest`` for each new trial and :meth:`on_trial_complete` when a trial
-    ends.
-    """
-
-    metric: Optional[str] = None
-    mode: Optional[str] = None
-
-    def set_search_properties(self, metric: Optional[str], mode: Optional[str],
-                              param_space: Dict[str, Any], num_samples: int,
-                              seed: Optional[int]) -> None:
-        self.metric = self.metric or metric
-        self.mode = self.mode or mode
-
-    def suggest(self, trial_id: str) -> Optional[Dict[str, Any]]:
-        """A config for a new trial, or None when the search is over."""
-        raise NotImplementedError
-
-    def on_trial_result(self, trial_id: str, result: Dict[str, Any]) -> None:
-        """After each report of a trial (optional)."""
-
-    def on_trial_complete(self, trial_id: str, result: Optional[Dict[str, Any]] = None,
-                          error: bool = False) -> None:
-        """When a trial ended (``error`` when it failed)."""
-
-    @property
-    def total_trials(self) -> Optional[int]:
-        """How many trials this searcher will suggest in all, when it knows."""
-        return None
-
-
 class BasicVariantGenerator(Searcher):
     """The default: every grid combination ``num_samples`` times, random leaves sampled.
 
@@ -392,5 +364,9 @@ __all__ = [
     "Domain", "Categorical", "Float", "Integer", "Normal", "Function", "choice", "uniform",
     "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
     "qlograndint", "randn", "qrandn", "sample_from", "grid_search", "Searcher",
-    "BasicVariantGenerator",
+    "BasicVariantGenerator", "ConcurrencyLimiter", "Repeater",
 ]
+
+# Wrappers around a searcher (their modules import this one).
+from engine.tune.search.concurrency_limiter import ConcurrencyLimiter  # noqa: E402
+from engine.tune.search.repeater import Repeater  # noqa: E402

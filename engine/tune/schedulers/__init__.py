@@ -13,80 +13,12 @@ import copy
 import math
 import random
 import statistics
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from engine.exceptions import ConfigError
+from engine.tune.schedulers.trial_scheduler import (Decision, Exploit, FIFOScheduler,
+                                                    TrialScheduler)
 from engine.tune.search import Domain, Float, Integer
-
-
-@dataclass
-class Exploit:
-    """PBT's decision: restart this trial from ``donor``'s latest checkpoint with ``config``."""
-
-    donor: Any
-    config: Dict[str, Any]
-    checkpoint: Any
-
-
-Decision = Union[str, Exploit]
-
-
-class TrialScheduler:
-    """Base class: every hook is a no-op and every result says CONTINUE."""
-
-    CONTINUE = "CONTINUE"
-    STOP = "STOP"
-    needs_checkpoints = False
-
-    def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None) -> None:
-        if mode not in (None, "min", "max"):
-            raise ConfigError(f"{type(self).__name__}(mode={mode!r}) must be 'min' or 'max'.")
-        self.metric = metric
-        self.mode = mode
-
-    def set_search_properties(self, metric: Optional[str], mode: Optional[str],
-                              seed: Optional[int] = None) -> None:
-        """Take ``TuneConfig(metric, mode)`` where the scheduler was given none."""
-        for name, value in (("metric", metric), ("mode", mode)):
-            own = getattr(self, name)
-            if own is not None and value is not None and own != value:
-                raise ConfigError(
-                    f"{type(self).__name__}({name}={own!r}) differs from "
-                    f"TuneConfig({name}={value!r}): set it in one place."
-                )
-            if own is None:
-                setattr(self, name, value)
-
-    def _require_metric(self) -> None:
-        if self.metric is None or self.mode is None:
-            raise ConfigError(
-                f"{type(self).__name__} needs a metric and a mode: set TuneConfig(metric=..., "
-                f"mode='min'|'max') or {type(self).__name__}(metric=..., mode=...)."
-            )
-
-    def _score(self, result: Dict[str, Any]) -> Optional[float]:
-        """The metric with larger = better; NaN ranks worst; None when not reported."""
-        value = result.get(self.metric) if self.metric else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        value = float(value)
-        if math.isnan(value):
-            return -math.inf
-        return value if self.mode == "max" else -value
-
-    def on_trial_add(self, trial: Any) -> None:
-        """A trial was created."""
-
-    def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
-        return self.CONTINUE
-
-    def on_trial_complete(self, trial: Any, result: Optional[Dict[str, Any]]) -> None:
-        """A trial ended (finished, stopped or failed)."""
-
-
-class FIFOScheduler(TrialScheduler):
-    """Runs every trial to the end, in the order they were created."""
 
 
 class ASHAScheduler(TrialScheduler):
@@ -263,6 +195,13 @@ class PopulationBasedTraining(TrialScheduler):
         resample_probability: Chance of drawing a fresh value instead of perturbing.
         perturbation_factors: Factors a numeric value is multiplied by.
         custom_explore_fn: ``f(config) -> config`` applied after the mutations.
+        log_config: Accepted for Ray Tune compatibility: every exploit is always
+            written to the trial's ``pbt_policy.json``.
+        require_attrs: Raise when a result lacks ``time_attr`` or the metric (False:
+            such a result is ignored).
+        synch: Synchronous PBT: a trial that reaches the next perturbation point pauses
+            until every live trial has; then the bottom quantile exploits the top one
+            and all go on together.
         seed: Seed of the random choices (``TuneConfig(seed=...)`` when not given).
     """
 
@@ -275,6 +214,7 @@ class PopulationBasedTraining(TrialScheduler):
                  quantile_fraction: float = 0.25, resample_probability: float = 0.25,
                  perturbation_factors: Tuple[float, float] = (1.2, 0.8),
                  custom_explore_fn: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+                 log_config: bool = True, require_attrs: bool = True, synch: bool = False,
                  seed: Optional[int] = None) -> None:
         super().__init__(metric, mode)
         if not hyperparam_mutations and custom_explore_fn is None:
@@ -299,6 +239,11 @@ class PopulationBasedTraining(TrialScheduler):
         self._last_score: Dict[str, float] = {}
         self._last_perturbation: Dict[str, float] = {}
         self.num_exploits = 0
+        self.require_attrs, self.synch = require_attrs, synch
+        self._next_sync = max(perturbation_interval, burn_in_period)
+        self._waiting: Dict[str, float] = {}
+        self._done: set = set()
+        self._decisions: Dict[str, Decision] = {}
 
     def set_search_properties(self, metric, mode, seed=None) -> None:
         super().set_search_properties(metric, mode, seed)
@@ -317,13 +262,25 @@ class PopulationBasedTraining(TrialScheduler):
 
     def on_trial_complete(self, trial: Any, result: Optional[Dict[str, Any]]) -> None:
         self._last_score.pop(trial.trial_id, None)
+        self._done.add(trial.trial_id)
+        self._waiting.pop(trial.trial_id, None)
+        self._decisions.pop(trial.trial_id, None)
+        if self.synch and self._waiting and self._all_waiting():
+            self._sync_step(None)
 
     def on_trial_result(self, trial: Any, result: Dict[str, Any]) -> Decision:
         self._trials.setdefault(trial.trial_id, trial)
         t, score = result.get(self.time_attr), self._score(result)
         if t is None or score is None:
+            if self.require_attrs:
+                missing = self.time_attr if t is None else self.metric
+                raise ConfigError(
+                    f"PopulationBasedTraining: a result of trial {trial.trial_id} has no "
+                    f"numeric {missing!r}: report it, or pass require_attrs=False.")
             return self.CONTINUE
         self._last_score[trial.trial_id] = score
+        if self.synch:
+            return self._synch_result(trial.trial_id, float(t))
         if t < self.burn_in_period:
             return self.CONTINUE
         if t - self._last_perturbation.get(trial.trial_id, 0.0) < self.perturbation_interval:
@@ -338,8 +295,52 @@ class PopulationBasedTraining(TrialScheduler):
             return self.CONTINUE
         donor = donors[self._rng.randrange(len(donors))]
         self.num_exploits += 1
+        # The trial goes on from the donor's checkpoint, so its clock does too (Ray
+        # Tune carries the donor's last perturbation time over).
+        donor_t = (getattr(donor.checkpoint, "metrics", None) or {}).get(self.time_attr)
+        self._last_perturbation[trial.trial_id] = float(donor_t) if isinstance(
+            donor_t, (int, float)) else self._last_perturbation.get(donor.trial_id, t)
         return Exploit(donor=donor, config=self.explore(donor.config),
                        checkpoint=donor.checkpoint)
+
+    # --- synch=True -------------------------------------------------------------
+    def _all_waiting(self) -> bool:
+        return all(tid in self._waiting for tid in self._trials if tid not in self._done)
+
+    def _synch_result(self, trial_id: str, t: float) -> Decision:
+        if t < self._next_sync:
+            return self.CONTINUE
+        self._waiting[trial_id] = t
+        if not self._all_waiting():
+            return self.PAUSE
+        return self._sync_step(trial_id)
+
+    def _sync_step(self, current: Optional[str]) -> Decision:
+        """Every live trial reached the perturbation point: the bottom quantile exploits
+        the top; the decision for ``current``, the others' for pop_paused_decisions()."""
+        lower, upper = self._quantiles()
+        donors = [self._trials[tid] for tid in upper
+                  if getattr(self._trials[tid], "checkpoint", None) is not None]
+        for tid in self._waiting:
+            decision: Decision = self.CONTINUE
+            if tid in lower and donors:
+                donor = donors[self._rng.randrange(len(donors))]
+                self.num_exploits += 1
+                decision = Exploit(donor=donor, config=self.explore(donor.config),
+                                   checkpoint=donor.checkpoint)
+            self._decisions[tid] = decision
+        while self._next_sync <= min(self._waiting.values()):
+            self._next_sync += self.perturbation_interval
+        self._waiting = {}
+        return self._decisions.pop(current) if current is not None else self.CONTINUE
+
+    def pop_paused_decisions(self) -> Dict[str, Decision]:
+        out, self._decisions = self._decisions, {}
+        return out
+
+    def release_waiting(self) -> None:
+        if self.synch and self._waiting:
+            self._sync_step(None)
 
     def _quantiles(self) -> Tuple[List[str], List[str]]:
         ranked = sorted(self._last_score, key=lambda tid: self._last_score[tid])
@@ -403,4 +404,7 @@ AsyncHyperBandScheduler = ASHAScheduler
 PBT = PopulationBasedTraining
 
 __all__ = ["TrialScheduler", "FIFOScheduler", "ASHAScheduler", "AsyncHyperBandScheduler",
-           "MedianStoppingRule", "PopulationBasedTraining", "PBT", "Exploit"]
+           "MedianStoppingRule", "PopulationBasedTraining", "PBT", "Exploit",
+           "HyperBandScheduler", "HyperBandForBOHB"]
+
+from engine.tune.schedulers.hyperband import HyperBandForBOHB, HyperBandScheduler  # noqa: E402,I001
