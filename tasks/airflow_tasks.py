@@ -54,7 +54,7 @@ SCHEDULE_ENV_VAR = constants.RETRAIN_SCHEDULE_ENV_VAR
 DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
 #: The Airflow connection the notifiers post to (its URL: ``http(s)://host:port/path``).
 WEBHOOK_CONN_ENV_VAR = constants.AIRFLOW_WEBHOOK_CONN_ENV_VAR
-DEFAULT_WEBHOOK_CONN_ID = "trainyard_webhook"
+DEFAULT_WEBHOOK_CONN_ID = constants.SETTINGS[WEBHOOK_CONN_ENV_VAR].default
 #: The XCom key under which ``promote_task`` keeps a rejection's gate reasons.
 REJECTION_XCOM_KEY = "rejection"
 ASSET_URI_SCHEME = "trainyard"
