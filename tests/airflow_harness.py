@@ -7,7 +7,7 @@ local HTTP server as the notifiers' webhook (connection ``trainyard_webhook``).
 Airflow 3.3 accepts SQLite with the LocalExecutor (``airflow standalone`` runs that way), so
 no PostgreSQL is needed. Each process runs in its own process group on free loopback ports;
 :meth:`AirflowCluster.stop` ends the groups (the executor's workers and task processes
-with them) and then any process that still carries this cluster's ``AIRFLOW_HOME``.
+with them) and then every descendant that left its group.
 
 The REST API v2 is called the way Airflow 3 documents it: ``POST /auth/token`` with the
 SimpleAuthManager's user and password, then ``Authorization: Bearer <token>``. Waits poll a
@@ -43,6 +43,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _descendants(pid: int) -> list:
+    """The processes ``pid`` started (recursively), as ``psutil.Process`` objects, which
+    check the pid's start time before they signal it (no reused pid is hit)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -110,9 +121,7 @@ class AirflowCluster:
     def env(self, **overrides: str) -> Dict[str, str]:
         """The environment of every Airflow process (``overrides`` last)."""
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AIRFLOW_", "AIRFLOW__", "RAY_ADDRESS"))}
-        with open(os.path.join(self.home, "passwords.json"), "w") as fh:
-            json.dump({USER: self.password}, fh)
+               if not k.startswith(("AIRFLOW_", "AIRFLOW__", "RAY_ADDRESS", "RAY_TMPDIR"))}
         env.update({
             "AIRFLOW_HOME": self.home,
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
@@ -134,10 +143,12 @@ class AirflowCluster:
             "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW_CONN_TRAINYARD_WEBHOOK": self.webhook.url,
             "TRAINYARD_STORAGE_PATH": self.storage,
             "RAY_ADDRESS": self.ray_address,
+            # Where `ray start` records "the current cluster": ours, not /tmp/ray's, so no
+            # plain ray.init() elsewhere joins this cluster.
+            "RAY_TMPDIR": self.ray_dir,
             # `ray start` turns token authentication on; the tasks' drivers would need the
             # token file. Loopback-only test cluster: off.
             "RAY_AUTH_MODE": "disabled",
@@ -157,6 +168,10 @@ class AirflowCluster:
     def start(self, timeout: float = 420) -> None:
         """Ray head, ``airflow db migrate``, then the four components; returns once the
         health endpoint reports every component healthy."""
+        # The SimpleAuthManager's user and its password (it generates none for a user
+        # that has one in this file).
+        with open(os.path.join(self.home, "passwords.json"), "w") as fh:
+            json.dump({USER: self.password}, fh)
         self._start_ray()
         migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"],
                                  env=self.env(), cwd=self.root, capture_output=True,
@@ -170,9 +185,14 @@ class AirflowCluster:
 
     def _start_ray(self) -> None:
         port = self.ray_address.rsplit(":", 1)[1]
+        # No fixed port (the other xdist worker may run a cluster too) and its own temp
+        # dir (tests/README.md, "Writing tests that run under xdist").
         cmd = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
                f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=4",
                "--include-dashboard=false", "--disable-usage-stats",
+               f"--ray-client-server-port={free_port()}",
+               f"--dashboard-agent-listen-port={free_port()}",
+               f"--metrics-export-port={free_port()}",
                f"--temp-dir={self.ray_dir}", "--block"]
         self._popen("ray", cmd, self.env())
         self.wait_for(lambda: os.path.exists(os.path.join(self.ray_dir, "session_latest",
@@ -199,8 +219,9 @@ class AirflowCluster:
 
     def _stop_groups(self, names: List[str], grace: float) -> None:
         """SIGTERM the process groups of ``names`` at once, SIGKILL them after ``grace``
-        seconds (or at once, for children left behind by a leader that exited)."""
+        seconds, then every descendant they had that left the group (Ray's workers)."""
         procs = [self.procs.pop(n) for n in names if n in self.procs]
+        descendants = [d for p in procs for d in _descendants(p.pid)]
         for proc in procs:
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -209,28 +230,18 @@ class AirflowCluster:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _signal_group(proc.pid, signal.SIGKILL)
+            _signal_group(proc.pid, signal.SIGKILL)  # and children left behind
             proc.wait()
+        for child in descendants:
+            try:
+                child.kill()
+            except Exception:  # psutil.NoSuchProcess: already gone
+                pass
 
     def stop(self) -> None:
         self._stop_groups(list(COMPONENTS) + ["ray"], grace=5)
-        self._kill_strays()
         self.webhook.stop()
         shutil.rmtree(self.ray_dir, ignore_errors=True)
-
-    def _kill_strays(self) -> None:
-        """Processes that left their group (e.g. Ray workers) but carry this cluster's
-        ``AIRFLOW_HOME`` or Ray directory: started by this cluster, so ended here."""
-        import psutil
-
-        for proc in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                mine = self.ray_dir in " ".join(proc.info["cmdline"] or []) or \
-                    proc.environ().get("AIRFLOW_HOME") == self.home
-                if mine and proc.pid != os.getpid():
-                    proc.kill()
-            except (psutil.Error, OSError):
-                continue
 
     def log_tails(self, chars: int = 3000) -> str:
         """The end of every component's log (for a failure message)."""
