@@ -22,7 +22,8 @@ from typing import Any, Dict
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
 from tasks.airflow_tasks import (DEFAULT_ALIAS, batch_predict_task, dag_pipelines,
-                                 ingest_task, model_asset, resolve_model_task, xcom_uri)
+                                 failure_notifier, ingest_task, model_asset,
+                                 resolve_model_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -57,7 +58,7 @@ def build_batch_predict_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
     @dag(dag_id=f"batch_predict_{pipeline}", schedule=[model_asset(pipeline, alias)],
          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
          max_active_runs=1, params=PARAMS, tags=["trainyard", "predict", pipeline],
-         doc_md=__doc__,
+         default_args={"on_failure_callback": failure_notifier()}, doc_md=__doc__,
          description=f"Score {pipeline} data with the {alias} model after each promotion.")
     def batch_predict() -> None:
         settings = plan(pipeline)

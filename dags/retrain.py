@@ -10,10 +10,12 @@ full epoch count; ``train`` trains it (a retry resumes the run from its latest
 checkpoint); ``promote`` points the ``production`` alias at the checkpoint if its
 validation metrics pass the gate, and only then emits an event on the model's asset
 (``trainyard://models/<pipeline>/production``), which schedules
-``batch_predict_<pipeline>`` (dags/batch_predict.py). A failed gate skips ``promote``.
+``batch_predict_<pipeline>`` (dags/batch_predict.py). A failed gate skips ``promote``
+and posts the gate's reasons to the ``trainyard_webhook`` connection
+(``tasks.airflow_tasks.WebhookNotifier``); so does a task that fails for good.
 
-Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC), no catch-up,
-one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated; default:
+Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC; ``none``:
+triggered runs only), no catch-up, one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated; default:
 every pipeline discovery finds — trainyard's own and every installed plugin's).
 Storage: the ``storage`` param, else ``$TRAINYARD_STORAGE_PATH`` (``s3://…`` on a cluster).
 Training runs on the Ray cluster at ``$RAY_ADDRESS``, or on a local Ray.
@@ -29,8 +31,9 @@ from typing import Any, Dict, Optional
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
-from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task, ingest_task,
-                                 model_asset, promote_task, retrain_schedule,
+from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task,
+                                 failure_notifier, ingest_task, model_asset, promote_task,
+                                 rejection_notifier, retrain_schedule,
                                  skip_if_unchanged_task, split_task, train_task, tune_task,
                                  validate_task, xcom_uri)
 
@@ -140,7 +143,7 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
     @dag(dag_id=f"retrain_{pipeline}", schedule=retrain_schedule(),
          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
          max_active_runs=1, params=PARAMS, tags=["trainyard", "retrain", pipeline],
-         doc_md=__doc__,
+         default_args={"on_failure_callback": failure_notifier()}, doc_md=__doc__,
          description=f"Retrain {pipeline}, promote it to {alias} if it passes the gate.")
     def retrain() -> None:
         settings = plan(pipeline)
@@ -164,7 +167,8 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
                            settings["train_epochs"])
         checkpoint = train_task(pipeline, splits, settings["scaling"], run)
         metrics = evaluate_task(checkpoint, splits["validation"])
-        promote_task.override(outlets=[model_asset(pipeline, alias)])(
+        promote_task.override(outlets=[model_asset(pipeline, alias)],
+                              on_skipped_callback=rejection_notifier())(
             checkpoint, metrics, alias, settings["gate"], dataset=splits["validation"])
 
     return retrain()

@@ -213,7 +213,12 @@ AIRFLOW_PIPELINES_ENV_VAR = _setting(
     scope="Airflow", default_text="every pipeline found")
 RETRAIN_SCHEDULE_ENV_VAR = _setting(
     "TRAINYARD_RETRAIN_SCHEDULE", "0 3 * * 1",
-    "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC).", scope="Airflow")
+    "Cron schedule of the retrain Airflow DAGs (Mondays 03:00 UTC); none: triggered "
+    "runs only.", scope="Airflow")
+AIRFLOW_WEBHOOK_CONN_ENV_VAR = _setting(
+    "TRAINYARD_AIRFLOW_WEBHOOK_CONN_ID", "trainyard_webhook",
+    "The Airflow connection whose URL the DAGs' notifiers post failures and gate "
+    "rejections to (no such connection: logged only).", scope="Airflow")
 SQL_PASSWORD_ENV_VAR = _setting(
     "TRAINYARD_SQL_PASSWORD", None,
     "The database password ingest() fills into a SQL source URL that has none (never "

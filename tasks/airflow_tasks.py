@@ -35,7 +35,7 @@ import logging
 import os
 from typing import Any, Callable, Dict, List, Optional
 
-from airflow.sdk import Asset, get_current_context, task
+from airflow.sdk import Asset, BaseNotifier, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from engine import constants
@@ -52,6 +52,11 @@ PIPELINES_ENV_VAR = constants.AIRFLOW_PIPELINES_ENV_VAR
 #: The retrain DAGs' cron schedule.
 SCHEDULE_ENV_VAR = constants.RETRAIN_SCHEDULE_ENV_VAR
 DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
+#: The Airflow connection the notifiers post to (its URL: ``http(s)://host:port/path``).
+WEBHOOK_CONN_ENV_VAR = constants.AIRFLOW_WEBHOOK_CONN_ENV_VAR
+DEFAULT_WEBHOOK_CONN_ID = constants.SETTINGS[WEBHOOK_CONN_ENV_VAR].default
+#: The XCom key under which ``promote_task`` keeps a rejection's gate reasons.
+REJECTION_XCOM_KEY = "rejection"
 ASSET_URI_SCHEME = "trainyard"
 
 
@@ -88,8 +93,125 @@ def dag_pipelines() -> List[str]:
     return names
 
 
-def retrain_schedule() -> str:
-    return os.environ.get(SCHEDULE_ENV_VAR, DEFAULT_SCHEDULE)
+def retrain_schedule() -> Optional[str]:
+    """The retrain DAGs' cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE``, default
+    :data:`DEFAULT_SCHEDULE`; ``none`` (or empty): no schedule, runs start only when
+    triggered (the UI, ``airflow dags trigger``, the REST API)."""
+    value = os.environ.get(SCHEDULE_ENV_VAR, DEFAULT_SCHEDULE).strip()
+    return None if value.lower() in ("", "none") else value
+
+
+def failure_notifier() -> "WebhookNotifier":
+    """The DAGs' ``on_failure_callback`` (in ``default_args``: every task's, so a task
+    whose retries are spent posts once)."""
+    return WebhookNotifier(event="failed")
+
+
+def rejection_notifier() -> "WebhookNotifier":
+    """``promote_task``'s ``on_skipped_callback``: posts the gate's reasons."""
+    return WebhookNotifier(event="rejected")
+
+
+# --- notifications ----------------------------------------------------------------------
+class WebhookNotifier(BaseNotifier):
+    """Posts a JSON message to the URL of an Airflow connection, and logs it.
+
+    ``event="failed"`` for ``on_failure_callback`` (a task failed for good: its retries
+    are spent), ``event="rejected"`` for ``promote_task``'s ``on_skipped_callback`` (the
+    candidate failed the gate; the message carries the gate's reasons). The connection
+    is ``conn_id``, by default ``$TRAINYARD_AIRFLOW_WEBHOOK_CONN_ID`` or
+    ``trainyard_webhook`` (e.g. ``AIRFLOW_CONN_TRAINYARD_WEBHOOK=https://hooks.example/
+    x``); none configured, the message is only logged. A webhook that is down or answers
+    an error is logged as a warning: a notification never fails the pipeline.
+
+    The JSON body: ``event``, ``dag_id``, ``run_id``, ``task_id``, ``try_number``,
+    ``message`` (``error`` for failures, ``reasons`` and ``checkpoint_uri`` for
+    rejections).
+    """
+
+    template_fields = ("conn_id",)
+
+    def __init__(self, event: str = "failed", conn_id: Optional[str] = None,
+                 timeout_s: float = 10.0) -> None:
+        super().__init__()
+        if event not in ("failed", "rejected"):
+            raise ValueError(f"WebhookNotifier(event={event!r}): use 'failed' or 'rejected'")
+        self.event, self.conn_id, self.timeout_s = event, conn_id, timeout_s
+
+    def notify(self, context: Any) -> None:
+        payload = _notification(self.event, context)
+        (logger.error if self.event == "failed" else logger.warning)(
+            "trainyard %s: %s", self.event, payload["message"])
+        conn_id = self.conn_id or os.environ.get(WEBHOOK_CONN_ENV_VAR) \
+            or DEFAULT_WEBHOOK_CONN_ID
+        url = _webhook_url(conn_id)
+        if url is None:
+            logger.info("No Airflow connection %r: the %s notification is only logged.",
+                        conn_id, self.event)
+            return
+        try:
+            _post_json(url, payload, self.timeout_s)
+            logger.info("Posted the %s notification to connection %r.", self.event, conn_id)
+        except Exception as exc:  # never fail (or retry) a task over its notification
+            logger.warning("Could not post the %s notification to connection %r: %s",
+                           self.event, conn_id, exc)
+
+
+def _webhook_url(conn_id: str) -> Optional[str]:
+    """The URL of connection ``conn_id`` (its ``extra`` ``{"url": ...}`` or its URI), or
+    None when there is no such connection."""
+    from airflow.sdk import Connection
+
+    try:
+        conn = Connection.get(conn_id)
+    except Exception:  # AirflowNotFoundException and the like: not configured
+        return None
+    url = (conn.extra_dejson or {}).get("url")
+    if url:
+        return url
+    scheme = conn.conn_type if conn.conn_type in ("http", "https") else "http"
+    host = conn.host or ""
+    if "://" in host:
+        return host
+    port = f":{conn.port}" if conn.port else ""
+    path = f"/{conn.schema}" if conn.schema else ""
+    return f"{scheme}://{host}{port}{path}"
+
+
+def _post_json(url: str, payload: Dict[str, Any], timeout_s: float) -> None:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload, default=str).encode(),
+                                     headers={"Content-Type": "application/json"},
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        response.read()
+
+
+def _notification(event: str, context: Any) -> Dict[str, Any]:
+    """The JSON message of ``event`` for the task instance in ``context``."""
+    ti = context.get("ti") or context.get("task_instance")
+    out: Dict[str, Any] = {
+        "event": event, "dag_id": getattr(ti, "dag_id", None),
+        "run_id": context.get("run_id") or getattr(ti, "run_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "try_number": getattr(ti, "try_number", None)}
+    if event == "rejected":
+        rejection = None
+        try:
+            rejection = ti.xcom_pull(task_ids=ti.task_id, key=REJECTION_XCOM_KEY)
+        except Exception as exc:
+            logger.warning("Could not read the gate's reasons from XCom: %s", exc)
+        rejection = rejection or {"reasons": [str(context.get("exception") or "")]}
+        out.update(rejection)
+        out["message"] = (f"{out['dag_id']}: the candidate {rejection.get('checkpoint_uri')}"
+                          f" failed the gate: {'; '.join(rejection['reasons'])}")
+    else:
+        out["error"] = str(context.get("exception") or "")
+        out["message"] = (f"{out['dag_id']}.{out['task_id']} failed for good (try "
+                          f"{out['try_number']}) in run {out['run_id']}: {out['error']}")
+    return out
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -321,6 +443,11 @@ def promote_task(checkpoint: Dict[str, Any], metrics: Dict[str, Any],
     reasons = "; ".join(decision.reasons) or "no gate"
     if not decision.promoted:
         prev = decision.previous.uri if decision.previous else "nothing (never set)"
+        # For the rejected notifier (on_skipped_callback): the gate's reasons as JSON.
+        get_current_context()["ti"].xcom_push(key=REJECTION_XCOM_KEY, value={
+            "checkpoint_uri": decision.checkpoint.uri, "pipeline": decision.pipeline,
+            "alias": alias, "reasons": list(decision.reasons), "previous_uri":
+            decision.previous.uri if decision.previous else None})
         raise AirflowSkipException(
             f"Not promoted: {decision.checkpoint.uri} failed the gate ({reasons}); "
             f"{decision.pipeline}/{alias} still points at {prev}. No asset event.")
@@ -383,5 +510,6 @@ def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
 
 __all__ = ["ingest_task", "validate_task", "skip_if_unchanged_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
-           "dag_pipelines", "retrain_schedule", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
+           "WebhookNotifier", "DEFAULT_WEBHOOK_CONN_ID", "WEBHOOK_CONN_ENV_VAR",
+           "dag_pipelines", "retrain_schedule", "failure_notifier", "rejection_notifier", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
            "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]

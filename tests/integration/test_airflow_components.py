@@ -1,0 +1,154 @@
+"""The DAGs under Airflow 3's real components (tests/airflow_harness.py): the scheduler with
+the LocalExecutor, the dag-processor, the triggerer and the api-server, started once for
+this module. Runs are triggered and read through the REST API v2; nothing here calls
+``dag.test()`` or reads Airflow's tables.
+
+The tests run in file order against one cluster (one metadata database, one storage root):
+the promotion first (it sets ``production``), the rejection and the failure after it, and
+the schedule last (it restarts the dag-processor with a new schedule).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("airflow.sdk", reason="Airflow 3 is needed: pip install 'trainyard[airflow]'")
+
+from tests.airflow_harness import AirflowCluster  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+PIPELINE = "digits"
+RETRAIN, BATCH = f"retrain_{PIPELINE}", f"batch_predict_{PIPELINE}"
+#: For the scheduled run, which takes the DAG's default params: digits with one grid point
+#: and two epochs (tests/airflow_pipelines.py), built by the same DAG files.
+QUICK = "digits_quick"
+#: A small run: one tuning trial of one epoch, two epochs of training, one worker.
+SMALL = {"num_workers": 1, "tune_epochs": 1, "train_epochs": 2,
+         "param_space": {"lr": {"grid_search": [0.005]}}}
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, request):
+    """Airflow's four components on a migrated SQLite database, the DAGs of ``digits`` and
+    ``digits_quick`` parsed, no schedule yet (``TRAINYARD_RETRAIN_SCHEDULE=none``)."""
+    cluster = AirflowCluster(str(tmp_path_factory.mktemp("airflow")), env={
+        "TRAINYARD_PIPELINES": f"{QUICK}=tests.airflow_pipelines:QUICK",
+        "TRAINYARD_AIRFLOW_PIPELINES": f"{PIPELINE},{QUICK}",
+        "TRAINYARD_RETRAIN_SCHEDULE": "none"})
+    try:
+        cluster.start()
+        cluster.wait_dag(RETRAIN)
+        cluster.wait_dag(BATCH)
+        yield cluster
+        if request.session.testsfailed:
+            print(cluster.log_tails())  # shown with the failure's teardown output
+    finally:
+        cluster.stop()
+
+
+def finished(airflow: AirflowCluster, dag_id: str, run_id: str, state: str) -> dict:
+    run = airflow.wait_run(dag_id, run_id)
+    assert run["state"] == state, airflow.describe(dag_id, run_id)
+    return run
+
+
+def asset_triggered_runs(airflow: AirflowCluster) -> list:
+    return [r for r in airflow.runs(BATCH) if r["run_type"] == "asset_triggered"]
+
+
+def test_a_promotion_starts_batch_predict_which_scores_with_the_promoted_model(airflow):
+    run_id = airflow.trigger(RETRAIN, {**SMALL, "gate": {"accuracy": ">=0.5"}})
+    finished(airflow, RETRAIN, run_id, "success")
+    states = {t: ti["state"] for t, ti in airflow.task_instances(RETRAIN, run_id).items()}
+    assert set(states.values()) == {"success"}, states
+    promotion = airflow.xcom(RETRAIN, run_id, "promote")
+    promoted = promotion["checkpoint"]["uri"]
+    assert promotion["promoted"] and promoted.startswith(airflow.storage)
+
+    # No trigger: the scheduler starts batch_predict on the promotion's asset event.
+    batch = airflow.wait_for(lambda: asset_triggered_runs(airflow), 300,
+                             f"an asset-triggered {BATCH} run")
+    assert len(batch) == 1
+    batch_id = batch[0]["dag_run_id"]
+    finished(airflow, BATCH, batch_id, "success")
+    events = airflow.api("GET", f"/dags/{BATCH}/dagRuns/{batch_id}/upstreamAssetEvents")
+    [event] = events["asset_events"]
+    assert (event["source_dag_id"], event["source_task_id"], event["source_run_id"]) == \
+        (RETRAIN, "promote", run_id)
+    assert event["extra"]["checkpoint_uri"] == promoted
+    assert airflow.xcom(BATCH, batch_id, "resolve_model")["uri"] == promoted
+    scored = airflow.xcom(BATCH, batch_id, "batch_predict")
+    assert scored["metadata"]["checkpoint_uri"] == promoted
+
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(scored["uri"], format="parquet").to_table()
+    assert table.num_rows == 1797  # all of scikit-learn's digits
+    assert {"predicted_label", "target"} <= set(table.column_names)
+    assert airflow.webhook.received == []  # nothing failed, nothing was rejected
+
+
+def test_a_failed_gate_skips_promote_starts_nothing_and_notifies_once(airflow):
+    before = {r["dag_run_id"] for r in airflow.runs(BATCH)}
+    run_id = airflow.trigger(RETRAIN, {**SMALL, "gate": {"accuracy": ">=1.01"}})
+    finished(airflow, RETRAIN, run_id, "success")  # a rejection is not a failure
+    tis = airflow.task_instances(RETRAIN, run_id)
+    assert tis["promote"]["state"] == "skipped" and tis["train"]["state"] == "success"
+
+    rejected = airflow.wait_for(lambda: airflow.webhook.events("rejected", RETRAIN, run_id),
+                                120, "the rejection notification")
+    assert len(airflow.webhook.events("rejected")) == 1
+    [message] = rejected
+    assert message["task_id"] == "promote" and message["pipeline"] == PIPELINE
+    assert any("accuracy" in r and "1.01" in r and "FAIL" in r for r in message["reasons"])
+    assert message["checkpoint_uri"] == airflow.xcom(RETRAIN, run_id, "train")["uri"]
+    assert airflow.webhook.events("failed") == []
+
+    # No asset event, nothing queued for batch_predict: the scheduler has nothing to start.
+    events = airflow.api("GET", "/assets/events", params={"source_run_id": run_id})
+    assert events["total_entries"] == 0
+    queued = airflow.api("GET", f"/dags/{BATCH}/assets/queuedEvents", ok=(200, 404))
+    assert not queued or queued["total_entries"] == 0
+    assert {r["dag_run_id"] for r in airflow.runs(BATCH)} == before
+
+
+def test_a_task_that_fails_for_good_notifies_once(airflow, tmp_path):
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("storage cannot go under a file")
+    run_id = airflow.trigger(RETRAIN, {**SMALL, "storage": str(not_a_dir / "storage")})
+    finished(airflow, RETRAIN, run_id, "failed")
+    tis = airflow.task_instances(RETRAIN, run_id)
+    assert tis["ingest"]["state"] == "failed"
+    assert tis["ingest"]["try_number"] == 3  # retried twice first
+    assert tis["train"]["state"] == "upstream_failed"
+
+    failed = airflow.wait_for(lambda: airflow.webhook.events("failed", RETRAIN, run_id),
+                              120, "the failure notification")
+    [message] = failed
+    assert (message["task_id"], message["try_number"]) == ("ingest", 3)
+    assert "Not a directory" in message["error"]
+    assert len(airflow.webhook.events("failed")) == 1  # not per retry, not per DAG run
+    assert "failed for good" in airflow.task_log(RETRAIN, run_id, "ingest")
+
+
+def test_the_retrain_schedule_creates_a_run_that_succeeds(airflow):
+    quick = f"retrain_{QUICK}"
+    # Only the quick pipeline's retraining is to run (and nothing after it).
+    for dag_id in (RETRAIN, f"batch_predict_{QUICK}"):
+        airflow.api("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+    assert airflow.runs(quick) == []
+    # As a deployment changes it: the dag-processor restarted with the new setting.
+    airflow.start_component("dag-processor", TRAINYARD_RETRAIN_SCHEDULE="* * * * *")
+    airflow.wait_dag(quick, condition=lambda d: d.get("timetable_summary") == "* * * * *")
+
+    def scheduled() -> list:
+        return [r for r in airflow.runs(quick) if r["run_type"] == "scheduled"]
+
+    run = airflow.wait_for(scheduled, 180, f"a scheduled {quick} run")[0]
+    finished(airflow, quick, run["dag_run_id"], "success")
+    airflow.api("PATCH", f"/dags/{quick}", json={"is_paused": True})  # one is enough
+    trained = airflow.xcom(quick, run["dag_run_id"], "train")
+    assert trained["config"]["epochs"] == 2  # the pipeline's defaults: no conf was passed
+    assert airflow.xcom(quick, run["dag_run_id"], "promote")["promoted"]
+    assert not [r for r in airflow.runs(RETRAIN) if r["run_type"] == "scheduled"]  # paused
