@@ -239,6 +239,8 @@ def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
     create_markdown_artifact(key=_key(decision.pipeline, alias, "promotion"),
                              markdown="\n".join(lines))
     emit_decision_event(decision, metrics)
+    if not decision.promoted:
+        notify_rejection(decision, metrics)
     return decision
 
 
@@ -283,6 +285,87 @@ def emit_decision_event(decision: Promotion, metrics: Mapping[str, Any]) -> Any:
         return None
 
 
+# --- notifications -----------------------------------------------------------------------
+def notify_rejection(decision: Promotion, metrics: Mapping[str, Any]) -> bool:
+    """POST ``{"event": "trainyard.model.rejected", ...}`` to ``$TRAINYARD_NOTIFY_WEBHOOK``
+    (if set): the gate's reasons, the metrics, the model the alias still points at. A
+    webhook that is down is logged; the task goes on."""
+    from prefect.runtime import flow_run
+
+    from tasks._registry import scalar_metrics
+    from tasks._webhook import notify
+
+    return notify({"event": REJECTED_EVENT, "pipeline": decision.pipeline,
+                   "alias": decision.alias, "checkpoint_uri": decision.checkpoint.uri,
+                   "reasons": decision.reasons, "metrics": scalar_metrics(dict(metrics)),
+                   "previous": decision.previous.uri if decision.previous else None,
+                   "flow_run_id": flow_run.id, "flow_run_name": flow_run.name})
+
+
+def notify_flow_failure(flow: Any, flow_run: Any, state: Any) -> None:
+    """Flow ``on_failure`` (and ``on_crashed``) hook: POST ``{"event":
+    "trainyard.flow_run.failed", ...}`` with the flow, the run, its parameters and the
+    state's message to ``$TRAINYARD_NOTIFY_WEBHOOK`` (if set). Never raises."""
+    from tasks._webhook import notify
+
+    notify({"event": FLOW_FAILED_EVENT, "flow": flow.name, "flow_run_id": str(flow_run.id),
+            "flow_run_name": flow_run.name, "deployment_id": str(flow_run.deployment_id or ""),
+            "parameters": flow_run.parameters, "state": state.name,
+            "message": state.message})
+
+
+#: What a failure notification's ``event`` says (rejections: ``REJECTED_EVENT``).
+FLOW_FAILED_EVENT = "trainyard.flow_run.failed"
+
+
+# --- result storage ----------------------------------------------------------------------
+#: Where under the storage root the Prefect tasks persist their results.
+RESULTS_DIR = "prefect-results"
+
+
+def result_storage_for(storage: str) -> Any:
+    """The ``result_storage`` of a flow run's tasks: ``<storage>/prefect-results``, so a
+    worker on another machine that mounts the same storage reads an upstream task's
+    result (a retried flow run, ``state.result()`` from a client).
+
+    Args:
+        storage: The run's storage root, a local path (shared by the workers: NFS, a
+            volume). An object-store root (``s3://``) keeps Prefect's own setting
+            (``PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK``, e.g. an ``S3Bucket`` block).
+
+    Returns:
+        A saved ``LocalFileSystem`` block ``trainyard-results-<hash of the path>`` (a
+        result records the block's id, which any reader loads: an unsaved one is read
+        through the reader's own default storage, which refuses the path), or None for
+        an object-store root.
+    """
+    import hashlib
+
+    from prefect.filesystems import LocalFileSystem
+
+    from engine.storage import is_uri
+    from tasks._store import sub
+
+    if is_uri(storage) and not storage.startswith("file://"):
+        return None
+    root = sub(storage[len("file://"):] if storage.startswith("file://") else storage,
+               RESULTS_DIR)
+    block = LocalFileSystem(basepath=root)
+    block.save(f"trainyard-results-{hashlib.sha256(root.encode()).hexdigest()[:16]}",
+               overwrite=True)
+    return block
+
+
+def task_options(retries: int, retry_delay_s: float, storage: str) -> Dict[str, Any]:
+    """``with_options`` of a flow's tasks: its retries, and results persisted under its
+    storage root (:func:`result_storage_for`)."""
+    out: Dict[str, Any] = dict(retries=retries, retry_delay_seconds=retry_delay_s)
+    results = result_storage_for(storage)
+    if results is not None:
+        out["result_storage"] = results
+    return out
+
+
 @task(name="batch_predict", **_TASK_OPTIONS)
 def batch_predict_task(checkpoint: CheckpointRef, dataset: DatasetRef,
                        output: Optional[str] = None, num_workers: int = 1,
@@ -322,4 +405,5 @@ def _json(obj: Any) -> str:
 __all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
            "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
-           "emit_decision_event"]
+           "emit_decision_event", "notify_rejection", "notify_flow_failure",
+           "FLOW_FAILED_EVENT", "RESULTS_DIR", "result_storage_for", "task_options"]
