@@ -25,6 +25,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from prefect import task
+from prefect.filesystems import WritableFileSystem
+from pydantic import Field, PrivateAttr
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
                                create_table_artifact)
 
@@ -325,19 +327,19 @@ RESULTS_DIR = "prefect-results"
 
 def result_storage_for(storage: str) -> Any:
     """The ``result_storage`` of a flow run's tasks: ``<storage>/prefect-results``, so a
-    worker on another machine that mounts the same storage reads an upstream task's
-    result (a retried flow run, ``state.result()`` from a client).
+    worker on another machine reads an upstream task's result (a retried flow run,
+    ``state.result()`` from a client).
 
     Args:
-        storage: The run's storage root, a local path (shared by the workers: NFS, a
-            volume). An object-store root (``s3://``) keeps Prefect's own setting
-            (``PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK``, e.g. an ``S3Bucket`` block).
+        storage: The run's storage root: a local path (that the workers share: NFS, a
+            volume) or an object-store URI (``s3://bucket/prefix``, with its
+            ``?endpoint_override=...``).
 
     Returns:
-        A saved ``LocalFileSystem`` block ``trainyard-results-<hash of the path>`` (a
-        result records the block's id, which any reader loads: an unsaved one is read
-        through the reader's own default storage, which refuses the path), or None for
-        an object-store root.
+        A saved block named ``trainyard-results-<hash of the directory>`` (a result
+        records the block's id, which any reader loads; an unsaved one would be read
+        through the reader's own default store): Prefect's ``LocalFileSystem`` for a
+        local root, :class:`StorageRootResults` for an object store.
     """
     import hashlib
 
@@ -347,13 +349,56 @@ def result_storage_for(storage: str) -> Any:
     from tasks._store import sub
 
     if is_uri(storage) and not storage.startswith("file://"):
-        return None
-    root = sub(storage[len("file://"):] if storage.startswith("file://") else storage,
-               RESULTS_DIR)
-    block = LocalFileSystem(basepath=root)
-    block.save(f"trainyard-results-{hashlib.sha256(root.encode()).hexdigest()[:16]}",
-               overwrite=True)
+        block: Any = StorageRootResults.for_uri(sub(storage, RESULTS_DIR))
+    else:
+        local = storage[len("file://"):] if storage.startswith("file://") else storage
+        block = LocalFileSystem(basepath=sub(local, RESULTS_DIR))
+    name = hashlib.sha256(block.basepath.encode()).hexdigest()[:16]
+    block.save(f"trainyard-results-{name}", overwrite=True)
     return block
+
+
+class StorageRootResults(WritableFileSystem):
+    """Prefect result storage in an object store, through ``engine.storage`` (the same
+    filesystem code as the runs and data sets).
+
+    The saved ``basepath`` keeps the URI's ``?endpoint_override=...`` but never its
+    credentials: every process that reads or writes takes them from its environment
+    (``AWS_ACCESS_KEY_ID`` ...), as the rest of trainyard does. A process that reads
+    these results imports ``tasks.prefect_tasks`` (the flows do), which makes the block
+    type known to Prefect.
+    """
+
+    _block_type_name = "Trainyard Storage Results"
+    _uri: Optional[str] = PrivateAttr(default=None)  # with credentials: this process only
+
+    basepath: str = Field(description="Directory URI (s3://bucket/prefix/prefect-results)")
+
+    @classmethod
+    def for_uri(cls, uri: str) -> "StorageRootResults":
+        """The block for ``uri``; credentials in it are used here, not saved."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(uri)
+        block = cls(basepath=urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+        block._uri = uri
+        return block
+
+    def _path(self, path: str) -> tuple:
+        from engine.storage import Storage, join
+
+        st = Storage.from_path(self._uri or self.basepath)
+        return st, join(st.root, path)
+
+    # Sync methods (Prefect calls them so, with ``_sync=True`` from its sync code paths).
+    def read_path(self, path: str, **_: Any) -> bytes:  # type: ignore[override]
+        st, full = self._path(path)
+        return st.read_bytes(full)
+
+    def write_path(self, path: str, content: bytes, **_: Any) -> str:  # type: ignore[override]
+        st, full = self._path(path)
+        st.write_bytes_atomic(full, content)
+        return path
 
 
 def task_options(retries: int, retry_delay_s: float, storage: str) -> Dict[str, Any]:
@@ -406,4 +451,4 @@ __all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_t
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
            "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
            "emit_decision_event", "notify_rejection", "notify_flow_failure",
-           "FLOW_FAILED_EVENT", "RESULTS_DIR", "result_storage_for", "task_options"]
+           "FLOW_FAILED_EVENT", "RESULTS_DIR", "result_storage_for", "task_options", "StorageRootResults"]

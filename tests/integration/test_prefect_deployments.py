@@ -147,7 +147,8 @@ def stack(ray_session, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("prefect_deployments")
     webhook = Webhook()
-    api = f"http://127.0.0.1:{_free_port()}/api"
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
     storage = tmp / "storage"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(tmp / "prefect_home"), PREFECT_API_URL=api,
@@ -164,7 +165,7 @@ def stack(ray_session, tmp_path_factory):
     logs.mkdir()
     server = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", api.split(":")[2].split("/")[0]], env=env, cwd=tmp,
+         "--port", str(port)], env=env, cwd=tmp,
         stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
     worker = None
     try:

@@ -214,6 +214,10 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
         task_runs = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
         flow_run = client.read_flow_run(flow_run_id)
+        blocks = [client.read_block_document(r.state.data.storage_block_id).data
+                  for r in task_runs if getattr(r.state.data, "storage_block_id", None)]
+    assert blocks and all(b["basepath"].startswith(f"s3://{s3_server.bucket}/prefect-secrets/")
+                          for b in blocks)
     assert {"breast-cancer-train-checkpoint", "breast-cancer-evaluation",
             "breast-cancer-production-promotion"} <= {a.key for a in artifacts}
     assert any(summary["checkpoint"] in str(a.data) for a in artifacts)
@@ -227,10 +231,17 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
         "result store": "\n".join(open(p, errors="replace").read()
                                    for p in glob.glob(os.path.join(str(prefect_api), "*"))
                                    if os.path.isfile(p)),
+        # The tasks' results under the S3 root (and the block that locates them).
+        "results on S3": "\n".join(
+            s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
+            .decode(errors="replace")
+            for key in s3_server.keys("prefect-secrets/prefect-results/")),
+        "result blocks": json.dumps(blocks),
         "states and parameters": repr([(r.name, r.state.message) for r in task_runs])
                                  + repr(flow_run.parameters) + repr(flow_run.state),
         "stdout/stderr": captured.out + captured.err,
     }
+    assert "tasks.refs.CheckpointRef" in texts["results on S3"]
     for what, text in texts.items():
         assert uri_secret not in text, f"URI secret leaked into {what}"
         assert FAKE_AWS_SECRET not in text, f"env secret leaked into {what}"
@@ -305,6 +316,55 @@ def test_a_webhook_that_is_down_does_not_fail_the_promotion_or_the_flow(
     assert [h["decision"] for h in core.alias_history("digits", storage=str(tmp_path))] \
         == ["rejected"]
     assert "Could not send the 'trainyard.model.rejected' notification" in caplog.text
+
+
+def test_task_results_on_an_s3_root_are_read_back_by_another_process(
+        ray_session, prefect_api, s3_server, s3_storage_path, tmp_path):
+    """With an ``s3://`` storage root the tasks' results go to ``<root>/prefect-results``
+    through a saved block without the credentials; a fresh interpreter, whose own
+    default result store is elsewhere, reads a task's result back through the API."""
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from tasks._store import sub
+    from tasks.prefect_tasks import RESULTS_DIR, ingest_task, task_options
+
+    storage = s3_storage_path.replace("s3://", "s3://trainyard-test-key-id:uriSecret@")
+
+    @flow(name="ingest-to-s3")
+    def ingest_once():
+        opts = task_options(0, 0, storage)
+        return ingest_task.with_options(**opts)("sklearn:digits", storage=storage)
+
+    state = ingest_once(return_state=True)
+    ref = state.result()
+    run = _task_runs(state.state_details.flow_run_id)["ingest"]
+    record = run.state.data  # the result's metadata: the block and the key
+    with get_client(sync_client=True) as client:
+        block = client.read_block_document(record.storage_block_id)
+    assert block.data["basepath"] == sub(s3_storage_path, RESULTS_DIR)  # no credentials
+    prefix = urlsplit(sub(s3_storage_path, RESULTS_DIR)).path.lstrip("/")
+    assert f"{prefix}/{record.storage_key}" in s3_server.keys(prefix)
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value(),
+               PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "elsewhere"),
+               PYTHONPATH=os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p))
+    reader = subprocess.run([sys.executable, "-c", (
+        "import sys, uuid\n"
+        "import tasks.prefect_tasks  # the block type\n"
+        "from prefect.client.orchestration import get_client\n"
+        "with get_client(sync_client=True) as c:\n"
+        "    run = c.read_task_run(uuid.UUID(sys.argv[1]))\n"
+        "print(run.state.result().to_json())\n"), str(run.id)],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert reader.returncode == 0, reader.stderr[-3000:]
+    from tasks.refs import DatasetRef
+
+    assert DatasetRef.from_json(reader.stdout.strip().splitlines()[-1]) == ref
 
 
 # --- data sources and validation in the flow --------------------------------------------
