@@ -236,6 +236,23 @@ Edit {package_name(args.name)}/pipeline.py for your model and data; the distribu
 def _notifications(args: argparse.Namespace) -> int:
     """Save the webhook block, then (re)create the automations that send to it, on the
     Prefect API of ``PREFECT_API_URL`` (the server's automations service sends)."""
+    import httpx
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.settings import PREFECT_API_URL
+
+    api = PREFECT_API_URL.value()
+    if not api:
+        raise ValueError("set PREFECT_API_URL to your Prefect server's API (e.g. "
+                         "http://127.0.0.1:4200/api after `prefect server start`): "
+                         "automations run on a server, not on the ephemeral one.")
+    try:
+        return _save_notifications(args)
+    except (httpx.HTTPError, OSError) as exc:
+        raise ValueError(f"cannot reach the Prefect API at {api} ({exc}): start the "
+                         "server or fix PREFECT_API_URL.") from exc
+
+
+def _save_notifications(args: argparse.Namespace) -> int:
     from prefect.blocks.notifications import CustomWebhookNotificationBlock
 
     block = CustomWebhookNotificationBlock(

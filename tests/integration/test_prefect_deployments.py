@@ -154,6 +154,9 @@ def stack(ray_session, tmp_path_factory):
     env.update(PREFECT_HOME=str(tmp / "prefect_home"), PREFECT_API_URL=api,
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
                PREFECT_WORKER_QUERY_SECONDS="2",
+               # A scheduled run that waits for the manual one (concurrency_limit: 1)
+               # asks again after 5 s, not 30.
+               PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="5",
                # The worker's default result store, which the task results must not use.
                PREFECT_LOCAL_STORAGE_PATH=str(tmp / "worker-default-results"),
                # Flow runs join this session's Ray instead of starting their own.
@@ -284,13 +287,18 @@ def test_the_schedule_retrains_and_the_promotion_triggers_scoring_with_that_mode
         # Prefect 3.7's scheduler with SQLAlchemy 2.1 (see constraints.txt) inserts no run.
         assert "Can't evaluate bulk DML statement" not in server_log, \
             "the server's scheduler cannot insert runs: install SQLAlchemy 2.0 (-c constraints.txt)"
-        return [r for r in _deployment_runs(RETRAIN) if r.auto_scheduled and r.state
-                is not None and (r.state.is_running() or r.state.is_final())]
+        return sorted((r for r in _deployment_runs(RETRAIN) if r.auto_scheduled and r.state
+                       is not None and (r.state.is_running() or r.state.is_final())),
+                      key=lambda r: r.expected_start_time)
 
     scheduled = _wait("a run that the one-minute schedule started", started_by_the_schedule,
                       240, log)[0]
     with _client() as client:  # no more scheduled runs after this one
         client.pause_deployment(scheduled.deployment_id)
+        # Pausing keeps the runs that waited for the manual one's slot: drop them too.
+        for other in _deployment_runs(RETRAIN):
+            if other.auto_scheduled and other.id != scheduled.id and other.state.is_scheduled():
+                client.delete_flow_run(other.id)
     run = _wait("the scheduled run to end", lambda: _final(scheduled.id), 600, log)
     assert run.state.is_completed(), (run.state, log.read_text()[-6000:])
     assert run.parameters["gate"] == {"accuracy": ">=0.3"}  # the deployment's own

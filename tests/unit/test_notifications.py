@@ -15,10 +15,19 @@ import pytest
 from engine.constants import NOTIFY_WEBHOOK_ENV_VAR
 from tasks._webhook import notify, post_json
 
-try:  # at collection: importing prefect configures logging, which would drop caplog's handler
-    import prefect  # noqa: F401
-except ImportError:
-    pass
+
+
+@pytest.fixture
+def logged():
+    """The messages ``tasks.notify`` logs (its own handler: Prefect's logging setup,
+    run when another test first imports prefect, replaces the root's, caplog's too)."""
+    messages = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore
+    logger = logging.getLogger("tasks.notify")
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
 
 
 @pytest.fixture
@@ -65,20 +74,19 @@ def test_notify_uses_the_setting_and_sends_nothing_without_it(webhook, monkeypat
 
 
 def test_a_webhook_that_is_down_or_answers_an_error_is_logged_not_raised(
-        webhook, dead_url, caplog):
-    caplog.set_level(logging.WARNING, logger="tasks.notify")
+        webhook, dead_url, logged):
     assert post_json(dead_url, {"event": "trainyard.model.rejected"}, timeout=5) is False
-    assert "Could not send the 'trainyard.model.rejected' notification" in caplog.text
-    assert "ConnectionRefusedError" in caplog.text or "Connection refused" in caplog.text
-    assert NOTIFY_WEBHOOK_ENV_VAR in caplog.text
+    [message] = logged
+    assert message.startswith("Could not send the 'trainyard.model.rejected' notification")
+    assert "Connection refused" in message and NOTIFY_WEBHOOK_ENV_VAR in message
     webhook.status[0] = 500
     secret_url = webhook.url + "/services/T0/hunter2"  # a token in the path, as Slack's
     assert post_json(secret_url, {"event": "z"}) is False
-    assert "HTTP Error 500" in caplog.text and "hunter2" not in caplog.text
+    assert "HTTP Error 500" in logged[1] and "hunter2" not in logged[1]
 
 
 def test_the_flow_failure_hook_posts_the_run_and_never_raises(webhook, dead_url,
-                                                              monkeypatch, caplog):
+                                                              monkeypatch, logged):
     pytest.importorskip("prefect")
     from tasks.prefect_tasks import FLOW_FAILED_EVENT, notify_flow_failure
 
@@ -95,4 +103,20 @@ def test_the_flow_failure_hook_posts_the_run_and_never_raises(webhook, dead_url,
                        "message": "Flow run encountered an exception: boom"}
     monkeypatch.setenv(NOTIFY_WEBHOOK_ENV_VAR, dead_url)
     notify_flow_failure(flow, run, state)  # logged, not raised
-    assert "Could not send the 'trainyard.flow_run.failed' notification" in caplog.text
+    assert logged[0].startswith("Could not send the 'trainyard.flow_run.failed' notification")
+
+
+def test_trainyard_notifications_needs_a_reachable_server(dead_url, monkeypatch, capsys):
+    pytest.importorskip("prefect")
+    from prefect.settings import (PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES,
+                                  temporary_settings)
+
+    from tasks.cli import main
+
+    with temporary_settings(updates={PREFECT_API_URL: None}):
+        assert main(["notifications", "--webhook", "http://hooks.example/x"]) == 2
+    assert "set PREFECT_API_URL" in capsys.readouterr().err
+    api = dead_url.replace("/hook", "/api")
+    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_CLIENT_MAX_RETRIES: 0}):
+        assert main(["notifications", "--webhook", "http://hooks.example/x"]) == 2
+    assert f"cannot reach the Prefect API at {api}" in capsys.readouterr().err
