@@ -228,6 +228,11 @@ REGISTRY_ENV_VAR = _setting(
     "Where promote() keeps model aliases: mlflow:<tracking URI> (an MLflow model "
     "registry), or a path/URI of pointer files.", scope="pipelines",
     default_text="pointer files under <storage>/models")
+NOTIFY_WEBHOOK_ENV_VAR = _setting(
+    "TRAINYARD_NOTIFY_WEBHOOK", None,
+    "URL the Prefect flows POST a JSON message to when a flow run fails or a promotion "
+    "is rejected (unset: no such messages; a webhook that is down is logged).",
+    scope="Prefect")
 WHEEL_CACHE_ENV_VAR = _setting(
     "TRAINYARD_WHEEL_CACHE", "~/.cache/trainyard/wheels",
     "Where scripts/install_horovod.sh keeps the Horovod wheel it builds.", scope="build")

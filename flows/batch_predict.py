@@ -17,7 +17,8 @@ from prefect import flow
 
 from tasks import core
 from tasks._store import storage_root
-from tasks.prefect_tasks import RETRIES, RETRY_DELAY_S, batch_predict_task, ingest_task
+from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, ingest_task,
+                                 notify_flow_failure, task_options)
 from tasks.refs import DatasetRef
 
 
@@ -25,7 +26,8 @@ class NoModelError(LookupError):
     """The alias was never set for this pipeline: nothing to score with."""
 
 
-@flow(name="batch-predict", log_prints=True)
+@flow(name="batch-predict", log_prints=True, on_failure=[notify_flow_failure],
+      on_crashed=[notify_flow_failure])
 def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
                   storage: Optional[str] = None, alias: str = "production",
                   output: Optional[str] = None, num_workers: int = 1,
@@ -63,7 +65,7 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
     if model is None:
         raise NoModelError(f"No {alias!r} model for pipeline {pipeline!r} under {storage!r}: "
                            "run the retrain flow first (python -m flows.retrain).")
-    retry = dict(retries=task_retries, retry_delay_seconds=retry_delay_s)
+    retry = task_options(task_retries, retry_delay_s, storage)
     data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
     scored: DatasetRef = batch_predict_task.with_options(**retry)(
         model, data, output, num_workers=num_workers, keep_columns=keep_columns)

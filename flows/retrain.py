@@ -25,12 +25,14 @@ from tasks import core
 from tasks._sources import production_trained_on
 from tasks._store import storage_root
 from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
-                                 ingest_task, promote_task, report_task, split_task,
-                                 train_task, tune_task, validate_task)
+                                 ingest_task, notify_flow_failure, promote_task,
+                                 report_task, split_task, task_options, train_task,
+                                 tune_task, validate_task)
 from tasks.report import report_dir, summarize
 
 
-@flow(name="retrain", log_prints=True)
+@flow(name="retrain", log_prints=True, on_failure=[notify_flow_failure],
+      on_crashed=[notify_flow_failure])
 def retrain(pipeline: str = "digits", source: Optional[str] = None,
             storage: Optional[str] = None, num_workers: int = 2, test_size: float = 0.2,
             seed: int = 0, param_space: Optional[Dict[str, Any]] = None,
@@ -87,7 +89,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
 
     spec = get_pipeline(pipeline)
     storage = storage_root(storage)
-    retry = dict(retries=task_retries, retry_delay_seconds=retry_delay_s)
+    retry = task_options(task_retries, retry_delay_s, storage)
     scaling = {"num_workers": num_workers}
     with _quiet_ray_data():
         data = ingest_task.with_options(**retry)(

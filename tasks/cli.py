@@ -6,6 +6,8 @@
     trainyard run digits --name nightly         the same name resumes that run
     trainyard runs                              runs in storage: state, best metric
     trainyard show digits-train-...             one run: config, checkpoints, metrics
+    trainyard notifications --webhook URL       Prefect: failed runs and rejected models
+                                                post to URL (a webhook block + automations)
 
 ``--storage`` (default ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``) may be a
 local path or ``s3://bucket/prefix``. ``--json`` prints machine-readable output.
@@ -59,7 +61,22 @@ def _parser() -> argparse.ArgumentParser:
                      choices=["torch", "xgboost", "lightgbm", "sklearn", "tensorflow"])
     new.add_argument("--dir", default=None,
                      help="project directory to create (default ./<name>-pipeline)")
+    notes = sub.add_parser(
+        "notifications", help="Prefect: send failed flow runs and rejected models to a "
+                              "webhook (creates a webhook block and two automations)")
+    notes.add_argument("--webhook", required=True, help="URL that receives a JSON POST "
+                       '{"subject": ..., "body": ...} per notification')
+    notes.add_argument("--block", default=NOTIFY_BLOCK,
+                       help=f"name of the Custom Webhook block (default {NOTIFY_BLOCK})")
     return parser
+
+
+#: The Prefect objects ``trainyard notifications`` creates (again: it replaces them).
+NOTIFY_BLOCK = "trainyard-webhook"
+FAILED_AUTOMATION = "trainyard: flow run failed"
+REJECTED_AUTOMATION = "trainyard: model rejected"
+#: The flows whose failed or crashed runs notify.
+NOTIFIED_FLOWS = ["retrain", "batch-predict"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -69,7 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.storage = os.path.abspath(os.path.expanduser(args.storage))
     try:
         return {"run": _run, "runs": _runs, "show": _show, "pipelines": _pipelines,
-                "new-pipeline": _new_pipeline}[args.command](args)
+                "new-pipeline": _new_pipeline,
+                "notifications": _notifications}[args.command](args)
     except (TrainyardError, LookupError, ValueError) as exc:
         print(f"trainyard {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -213,6 +231,85 @@ Next:
 Edit {package_name(args.name)}/pipeline.py for your model and data; the distribution is
 {distribution_name(args.name)!r}. README.md has the Prefect and Airflow commands.""")
     return 0
+
+
+def _notifications(args: argparse.Namespace) -> int:
+    """Save the webhook block, then (re)create the automations that send to it, on the
+    Prefect API of ``PREFECT_API_URL`` (the server's automations service sends)."""
+    import httpx
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+    from prefect.settings import PREFECT_API_URL
+
+    api = PREFECT_API_URL.value()
+    if not api:
+        raise ValueError("set PREFECT_API_URL to your Prefect server's API (e.g. "
+                         "http://127.0.0.1:4200/api after `prefect server start`): "
+                         "automations run on a server, not on the ephemeral one.")
+    try:
+        return _save_notifications(args)
+    except (httpx.HTTPError, OSError) as exc:
+        raise ValueError(f"cannot reach the Prefect API at {api} ({exc}): start the "
+                         "server or fix PREFECT_API_URL.") from exc
+
+
+def _save_notifications(args: argparse.Namespace) -> int:
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    block = CustomWebhookNotificationBlock(
+        name=args.block, url=args.webhook,
+        json_data={"subject": "{{subject}}", "body": "{{body}}"})
+    block_id = block.save(args.block, overwrite=True)
+    ids = [_replace_automation(a) for a in _notify_automations(block_id)]
+    print(f"Webhook block {args.block!r} ({block_id}) posts to {args.webhook}; automations "
+          f"{FAILED_AUTOMATION!r} ({ids[0]}) and {REJECTED_AUTOMATION!r} ({ids[1]}) send "
+          "to it.")
+    return 0
+
+
+def _notify_automations(block_id: Any) -> List[Any]:
+    """A failed or crashed run of a trainyard flow; a ``trainyard.model.rejected`` event."""
+    from prefect.automations import AutomationCore, EventTrigger, SendNotification
+
+    failed = AutomationCore(
+        name=FAILED_AUTOMATION,
+        description="A trainyard flow run failed or crashed (trainyard notifications).",
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.Failed", "prefect.flow-run.Crashed"},
+            match={"prefect.resource.id": "prefect.flow-run.*"},
+            match_related={"prefect.resource.role": "flow",
+                           "prefect.resource.name": NOTIFIED_FLOWS},
+            posture="Reactive", threshold=1),
+        actions=[SendNotification(
+            block_document_id=block_id,
+            subject="trainyard: {{ flow.name }} run {{ flow_run.name }} "
+                    "{{ flow_run.state.name }}",
+            body="Flow run {{ flow_run.name }} ({{ flow_run.id }}) of {{ flow.name }} ended "
+                 "{{ flow_run.state.name }}: {{ flow_run.state.message }}\n"
+                 "Parameters: {{ flow_run.parameters }}")])
+    rejected = AutomationCore(
+        name=REJECTED_AUTOMATION,
+        description="promote turned a candidate down (trainyard notifications).",
+        trigger=EventTrigger(expect={"trainyard.model.rejected"},
+                             match={"prefect.resource.id": "trainyard.model.*"},
+                             posture="Reactive", threshold=1),
+        actions=[SendNotification(
+            block_document_id=block_id,
+            subject="trainyard: {{ event.payload.pipeline }}/{{ event.payload.alias }} "
+                    "candidate rejected",
+            body="Checkpoint {{ event.payload.checkpoint_uri }} was not promoted.\n"
+                 "Gate: {{ event.payload.reasons | join('; ') }}\n"
+                 "{{ event.payload.alias }} still points at {{ event.payload.previous }}")])
+    return [failed, rejected]
+
+
+def _replace_automation(automation: Any) -> Any:
+    """Create ``automation``, deleting any of the same name first (a rerun replaces)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        for old in client.read_automations_by_name(automation.name):
+            client.delete_automation(old.id)
+        return client.create_automation(automation)
 
 
 def _fmt(value: Any) -> str:

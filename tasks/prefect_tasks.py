@@ -25,6 +25,8 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from prefect import task
+from prefect.filesystems import WritableFileSystem
+from pydantic import Field, PrivateAttr
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
                                create_table_artifact)
 
@@ -239,6 +241,8 @@ def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
     create_markdown_artifact(key=_key(decision.pipeline, alias, "promotion"),
                              markdown="\n".join(lines))
     emit_decision_event(decision, metrics)
+    if not decision.promoted:
+        notify_rejection(decision, metrics)
     return decision
 
 
@@ -283,6 +287,130 @@ def emit_decision_event(decision: Promotion, metrics: Mapping[str, Any]) -> Any:
         return None
 
 
+# --- notifications -----------------------------------------------------------------------
+def notify_rejection(decision: Promotion, metrics: Mapping[str, Any]) -> bool:
+    """POST ``{"event": "trainyard.model.rejected", ...}`` to ``$TRAINYARD_NOTIFY_WEBHOOK``
+    (if set): the gate's reasons, the metrics, the model the alias still points at. A
+    webhook that is down is logged; the task goes on."""
+    from prefect.runtime import flow_run
+
+    from tasks._registry import scalar_metrics
+    from tasks._webhook import notify
+
+    return notify({"event": REJECTED_EVENT, "pipeline": decision.pipeline,
+                   "alias": decision.alias, "checkpoint_uri": decision.checkpoint.uri,
+                   "reasons": decision.reasons, "metrics": scalar_metrics(dict(metrics)),
+                   "previous": decision.previous.uri if decision.previous else None,
+                   "flow_run_id": flow_run.id, "flow_run_name": flow_run.name})
+
+
+def notify_flow_failure(flow: Any, flow_run: Any, state: Any) -> None:
+    """Flow ``on_failure`` (and ``on_crashed``) hook: POST ``{"event":
+    "trainyard.flow_run.failed", ...}`` with the flow, the run, its parameters and the
+    state's message to ``$TRAINYARD_NOTIFY_WEBHOOK`` (if set). Never raises."""
+    from tasks._webhook import notify
+
+    notify({"event": FLOW_FAILED_EVENT, "flow": flow.name, "flow_run_id": str(flow_run.id),
+            "flow_run_name": flow_run.name, "deployment_id": str(flow_run.deployment_id or ""),
+            "parameters": flow_run.parameters, "state": state.name,
+            "message": state.message})
+
+
+#: What a failure notification's ``event`` says (rejections: ``REJECTED_EVENT``).
+FLOW_FAILED_EVENT = "trainyard.flow_run.failed"
+
+
+# --- result storage ----------------------------------------------------------------------
+#: Where under the storage root the Prefect tasks persist their results.
+RESULTS_DIR = "prefect-results"
+
+
+def result_storage_for(storage: str) -> Any:
+    """The ``result_storage`` of a flow run's tasks: ``<storage>/prefect-results``, so a
+    worker on another machine reads an upstream task's result (a retried flow run,
+    ``state.result()`` from a client).
+
+    Args:
+        storage: The run's storage root: a local path (that the workers share: NFS, a
+            volume) or an object-store URI (``s3://bucket/prefix``, with its
+            ``?endpoint_override=...``).
+
+    Returns:
+        A saved block named ``trainyard-results-<hash of the directory>`` (a result
+        records the block's id, which any reader loads; an unsaved one would be read
+        through the reader's own default store): Prefect's ``LocalFileSystem`` for a
+        local root, :class:`StorageRootResults` for an object store.
+    """
+    import hashlib
+
+    from prefect.filesystems import LocalFileSystem
+
+    from engine.storage import is_uri
+    from tasks._store import sub
+
+    if is_uri(storage) and not storage.startswith("file://"):
+        block: Any = StorageRootResults.for_uri(sub(storage, RESULTS_DIR))
+    else:
+        local = storage[len("file://"):] if storage.startswith("file://") else storage
+        block = LocalFileSystem(basepath=sub(local, RESULTS_DIR))
+    name = hashlib.sha256(block.basepath.encode()).hexdigest()[:16]
+    block.save(f"trainyard-results-{name}", overwrite=True)
+    return block
+
+
+class StorageRootResults(WritableFileSystem):
+    """Prefect result storage in an object store, through ``engine.storage`` (the same
+    filesystem code as the runs and data sets).
+
+    The saved ``basepath`` keeps the URI's ``?endpoint_override=...`` but never its
+    credentials: every process that reads or writes takes them from its environment
+    (``AWS_ACCESS_KEY_ID`` ...), as the rest of trainyard does. A process that reads
+    these results imports ``tasks.prefect_tasks`` (the flows do), which makes the block
+    type known to Prefect.
+    """
+
+    _block_type_name = "Trainyard Storage Results"
+    _uri: Optional[str] = PrivateAttr(default=None)  # with credentials: this process only
+
+    basepath: str = Field(description="Directory URI (s3://bucket/prefix/prefect-results)")
+
+    @classmethod
+    def for_uri(cls, uri: str) -> "StorageRootResults":
+        """The block for ``uri``; credentials in it are used here, not saved."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(uri)
+        block = cls(basepath=urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
+        block._uri = uri
+        return block
+
+    def _path(self, path: str) -> tuple:
+        from engine.storage import Storage, join
+
+        st = Storage.from_path(self._uri or self.basepath)
+        return st, join(st.root, path)
+
+    # Sync methods (Prefect calls them so, with ``_sync=True`` from its sync code paths).
+    def read_path(self, path: str, **_: Any) -> bytes:  # type: ignore[override]
+        st, full = self._path(path)
+        return st.read_bytes(full)
+
+    def write_path(self, path: str, content: bytes, **_: Any) -> str:  # type: ignore[override]
+        st, full = self._path(path)
+        st.write_bytes_atomic(full, content)
+        return path
+
+
+def task_options(retries: int, retry_delay_s: float, storage: str) -> Dict[str, Any]:
+    """``with_options`` of a flow's tasks: its retries, and results persisted under its
+    storage root (:func:`result_storage_for`)."""
+    out: Dict[str, Any] = dict(retries=retries, retry_delay_seconds=retry_delay_s)
+    results = result_storage_for(storage)
+    if results is not None:
+        out["result_storage"] = results
+    return out
+
+
 @task(name="batch_predict", **_TASK_OPTIONS)
 def batch_predict_task(checkpoint: CheckpointRef, dataset: DatasetRef,
                        output: Optional[str] = None, num_workers: int = 1,
@@ -322,4 +450,5 @@ def _json(obj: Any) -> str:
 __all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
            "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
-           "emit_decision_event"]
+           "emit_decision_event", "notify_rejection", "notify_flow_failure",
+           "FLOW_FAILED_EVENT", "RESULTS_DIR", "result_storage_for", "task_options", "StorageRootResults"]

@@ -1,5 +1,5 @@
-"""The Prefect flows on a real Prefect API (the test harness's local server, SQLite), and
-the deployments on a real ``prefect server`` and process worker on loopback."""
+"""The Prefect flows on a real Prefect API (the test harness's local server, SQLite).
+The deployments on a real ``prefect server`` and process worker: test_prefect_deployments.py."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import glob
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -154,9 +151,10 @@ def test_tasks_write_artifacts(retrain_run):
 
 
 def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
+    from tasks.prefect_tasks import RESULTS_DIR
     from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
-    state, _, _ = retrain_run
+    state, storage, _ = retrain_run
     summary = state.result()
     runs = _task_runs(state.state_details.flow_run_id)
     # Read back through the API and the result store (not the in-memory values).
@@ -172,8 +170,9 @@ def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
     assert len(tuned.trials) == 2
     assert isinstance(trained, CheckpointRef) and trained.uri == summary["checkpoint"]
     assert isinstance(promotion, Promotion) and promotion.checkpoint == trained
-    # Persisted as JSON: readable without unpickling anything.
-    stored = [open(p).read() for p in glob.glob(os.path.join(str(prefect_api), "*"))]
+    # Persisted as JSON under the run's storage root (where a worker on another machine
+    # reads them), not Prefect's local default: readable without unpickling anything.
+    stored = [open(p).read() for p in glob.glob(os.path.join(storage, RESULTS_DIR, "*"))]
     assert any("tasks.refs.CheckpointRef" in text and trained.uri in text
                for text in stored)
 
@@ -215,6 +214,10 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
         task_runs = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
         flow_run = client.read_flow_run(flow_run_id)
+        blocks = [client.read_block_document(r.state.data.storage_block_id).data
+                  for r in task_runs if getattr(r.state.data, "storage_block_id", None)]
+    assert blocks and all(b["basepath"].startswith(f"s3://{s3_server.bucket}/prefect-secrets/")
+                          for b in blocks)
     assert {"breast-cancer-train-checkpoint", "breast-cancer-evaluation",
             "breast-cancer-production-promotion"} <= {a.key for a in artifacts}
     assert any(summary["checkpoint"] in str(a.data) for a in artifacts)
@@ -228,10 +231,17 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
         "result store": "\n".join(open(p, errors="replace").read()
                                    for p in glob.glob(os.path.join(str(prefect_api), "*"))
                                    if os.path.isfile(p)),
+        # The tasks' results under the S3 root (and the block that locates them).
+        "results on S3": "\n".join(
+            s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
+            .decode(errors="replace")
+            for key in s3_server.keys("prefect-secrets/prefect-results/")),
+        "result blocks": json.dumps(blocks),
         "states and parameters": repr([(r.name, r.state.message) for r in task_runs])
                                  + repr(flow_run.parameters) + repr(flow_run.state),
         "stdout/stderr": captured.out + captured.err,
     }
+    assert "tasks.refs.CheckpointRef" in texts["results on S3"]
     for what, text in texts.items():
         assert uri_secret not in text, f"URI secret leaked into {what}"
         assert FAKE_AWS_SECRET not in text, f"env secret leaked into {what}"
@@ -274,102 +284,87 @@ def test_batch_predict_flow_without_a_production_model_says_what_to_do(prefect_a
         batch_predict(pipeline="digits", storage=str(tmp_path))
 
 
-# --- deployments on a real server and worker ---------------------------------------------
-def _free_port() -> int:
+def test_a_webhook_that_is_down_does_not_fail_the_promotion_or_the_flow(
+        prefect_api, tmp_path, monkeypatch, caplog):
+    """A rejection notifies ``$TRAINYARD_NOTIFY_WEBHOOK``; with nothing listening there
+    the promotion is still recorded, the flow completes, and a warning says why."""
+    import logging
     import socket
 
-    with socket.socket() as s:
+    from prefect import flow
+
+    from engine.constants import NOTIFY_WEBHOOK_ENV_VAR
+    from tasks import core
+    from tasks.prefect_tasks import promote_task
+    from tasks.refs import CheckpointRef
+
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        monkeypatch.setenv(NOTIFY_WEBHOOK_ENV_VAR, f"http://127.0.0.1:{s.getsockname()[1]}/x")
+    caplog.set_level(logging.WARNING, logger="tasks.notify")
+    ckpt = CheckpointRef(uri=str(tmp_path / "runs" / "r1" / "checkpoint_000001"),
+                         framework="torch", pipeline="digits", storage=str(tmp_path))
+
+    @flow(name="promote-with-webhook-down")
+    def promote_once():
+        return promote_task(ckpt, {"accuracy": 0.5}, gate={"accuracy": ">=0.9"})
+
+    state = promote_once(return_state=True)
+    assert state.is_completed(), state
+    decision = state.result()
+    assert not decision.promoted and "accuracy 0.5 >= 0.9: FAIL" in decision.reasons[0]
+    assert [h["decision"] for h in core.alias_history("digits", storage=str(tmp_path))] \
+        == ["rejected"]
+    assert "Could not send the 'trainyard.model.rejected' notification" in caplog.text
 
 
-def _prefect(*args: str, env: dict, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "prefect", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, **kw)
-    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
+def test_task_results_on_an_s3_root_are_read_back_by_another_process(
+        ray_session, prefect_api, s3_server, s3_storage_path, tmp_path):
+    """With an ``s3://`` storage root the tasks' results go to ``<root>/prefect-results``
+    through a saved block without the credentials; a fresh interpreter, whose own
+    default result store is elsewhere, reads a task's result back through the API."""
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
 
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "prefect server exited during start-up"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"prefect server not healthy at {url} after {timeout} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(480)
-def test_retrain_deployment_runs_on_a_process_worker(ray_session, tmp_path):
-    import ray
+    from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL
 
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    storage = tmp_path / "storage"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect_home"), PREFECT_API_URL=api,
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
-               # The flow run joins this session's Ray instead of starting its own.
-               RAY_ADDRESS=ray.get_runtime_context().gcs_address,
-               TRAINYARD_STORAGE_PATH=str(storage),
-               PYTHONPATH=os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p))
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)], env=env, cwd=tmp_path,
-        stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
-    worker = None
-    try:
-        _wait_healthy(f"{api}/health", server, 120)
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            with get_client(sync_client=True) as client:
-                client.create_work_pool(WorkPoolCreate(name="trainyard-process",
-                                                       type="process"))
-            _prefect("--no-prompt", "deploy", "--all", "--prefect-file",
-                     "deploy/prefect.yaml", env=env)
-            with get_client(sync_client=True) as client:
-                retrain = client.read_deployment_by_name("retrain/retrain-digits")
-                client.read_deployment_by_name("batch-predict/batch-predict-digits")
-            assert [s.schedule.cron for s in retrain.schedules] == ["0 3 * * 1"]
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "worker", "start", "--pool",
-                 "trainyard-process"], env=env, cwd=tmp_path,
-                stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
-            flow_run = run_deployment(
-                "retrain/retrain-digits", timeout=400,
-                parameters={"tune_epochs": 1, "train_epochs": 2,
-                            "param_space": {"lr": {"grid_search": [0.005]}},
-                            "gate": {"accuracy": ">=0.3"}})
-        worker_log = (logs / "worker.log").read_text()
-        assert flow_run.state is not None and flow_run.state.is_completed(), \
-            f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
-        pointer = storage / "models" / "digits" / "production.json"
-        assert json.loads(pointer.read_text())["decision"] == "promoted"
-        assert glob.glob(str(storage / "reports" / "digits-*" / "report.md"))
-    finally:
-        for proc in (worker, server):
-            if proc is not None:
-                _stop(proc)
+    from tasks._store import sub
+    from tasks.prefect_tasks import RESULTS_DIR, ingest_task, task_options
+
+    storage = s3_storage_path.replace("s3://", "s3://trainyard-test-key-id:uriSecret@")
+
+    @flow(name="ingest-to-s3")
+    def ingest_once():
+        opts = task_options(0, 0, storage)
+        return ingest_task.with_options(**opts)("sklearn:digits", storage=storage)
+
+    state = ingest_once(return_state=True)
+    ref = state.result()
+    run = _task_runs(state.state_details.flow_run_id)["ingest"]
+    record = run.state.data  # the result's metadata: the block and the key
+    with get_client(sync_client=True) as client:
+        block = client.read_block_document(record.storage_block_id)
+    assert block.data["basepath"] == sub(s3_storage_path, RESULTS_DIR)  # no credentials
+    prefix = urlsplit(sub(s3_storage_path, RESULTS_DIR)).path.lstrip("/")
+    assert f"{prefix}/{record.storage_key}" in s3_server.keys(prefix)
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value(),
+               PREFECT_LOCAL_STORAGE_PATH=str(tmp_path / "elsewhere"),
+               PYTHONPATH=os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p))
+    reader = subprocess.run([sys.executable, "-c", (
+        "import sys, uuid\n"
+        "import tasks.prefect_tasks  # the block type\n"
+        "from prefect.client.orchestration import get_client\n"
+        "with get_client(sync_client=True) as c:\n"
+        "    run = c.read_task_run(uuid.UUID(sys.argv[1]))\n"
+        "print(run.state.result().to_json())\n"), str(run.id)],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert reader.returncode == 0, reader.stderr[-3000:]
+    from tasks.refs import DatasetRef
+
+    assert DatasetRef.from_json(reader.stdout.strip().splitlines()[-1]) == ref
 
 
 # --- data sources and validation in the flow --------------------------------------------
