@@ -5,7 +5,9 @@ daemon thread while the run runs; a second driver that finds a live lease raises
 :class:`~engine.exceptions.RunInProgressError` without writing anything. A lease that
 is not renewed for ``$TRAINYARD_RUN_LEASE_S`` seconds (default 60) expires: its owner is
 presumed dead (SIGKILL, a lost node, a killed orchestrator worker) and the next driver
-takes the run over and resumes it from its latest committed checkpoint.
+takes the run over and resumes it from its latest committed checkpoint. An owner on the
+same host whose process is gone (or whose pid now names a process started at another
+time) is known dead: its lease is taken over at once, without waiting for the expiry.
 
 Taking a lease must be atomic, so that two drivers that both find no lease (or the same
 expired one) cannot both win:
@@ -88,13 +90,74 @@ def orchestrator_run_id() -> Optional[str]:
     return f"prefect:{flow_run}" if flow_run else None
 
 
-def _process_started_at() -> Optional[float]:
+def _process_started_at(pid: Optional[int] = None) -> Optional[float]:
     try:
         import psutil
 
-        return float(psutil.Process().create_time())
+        return float(psutil.Process(pid).create_time())
     except Exception:  # noqa: BLE001 - informative only
         return None
+
+
+def _read_first_line(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _host_identity() -> Dict[str, Any]:
+    """What tells this machine and its pid namespace apart from another one with the
+    same host name (containers with host networking share it): the kernel's boot id and
+    the pid namespace's inode (Linux; None elsewhere)."""
+    try:
+        pid_ns: Optional[str] = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = None
+    return {"host": socket.gethostname(),
+            "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id"),
+            "pid_ns": pid_ns}
+
+
+# psutil's create_time of one process is the same value on every read (boot time + the
+# start tick); a different one means the pid now names another process.
+_START_TIME_TOLERANCE_S = 0.5
+
+
+def dead_owner_reason(owner: Dict[str, Any]) -> Optional[str]:
+    """Why a lease's owner is certainly dead, or None when it may be alive.
+
+    Only an owner on this host (same host name, boot and pid namespace) can be judged:
+    it is dead when its pid is gone or a zombie, or when the pid now belongs to a
+    process started at another time (the pid was reused). Anything uncertain (another
+    host, no psutil, no start time recorded, access denied) counts as alive, so the
+    lease is then left to expire.
+    """
+    here = _host_identity()
+    if owner.get("host") != here["host"]:
+        return None
+    # Leases written before these were recorded carry none: the host name decides then.
+    if any(owner.get(k) is not None and owner[k] != here[k] for k in ("boot_id", "pid_ns")):
+        return None
+    try:
+        import psutil
+
+        pid = int(owner["pid"])
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return f"its process {pid} has exited"
+        started = owner.get("process_started_at")
+        if started is not None and abs(proc.create_time() - float(started)) \
+                > _START_TIME_TOLERANCE_S:
+            return f"its pid {pid} now belongs to another process"
+        return None
+    except (KeyError, TypeError, ValueError, ImportError):
+        return None
+    except Exception as exc:  # noqa: BLE001 - psutil's errors, imported lazily
+        if type(exc).__name__ == "NoSuchProcess":
+            return f"its process {owner.get('pid')} is gone"
+        return None  # AccessDenied and the like: cannot tell
 
 
 def describe_owner(owner: Dict[str, Any]) -> str:
@@ -317,18 +380,24 @@ class RunLease:
         for _attempt in range(_TAKE_ATTEMPTS):
             doc, token = self._backend.read()
             now = time.time()
-            if is_live(doc, now):
-                raise self._in_progress(doc, now)
+            # A live lease whose owner is a dead process on this host (a SIGKILLed
+            # driver re-run at once) is taken over now rather than after it expires;
+            # the take-over is the same atomic create as for an expired one.
+            dead: Optional[str] = None
+            if doc is not None and is_live(doc, now):
+                dead = dead_owner_reason(doc.get("owner") or {})
+                if dead is None:
+                    raise self._in_progress(doc, now)
             mine = self._new_doc(now)
             taken = self._backend.create(mine, after=token)
             if taken is not None:
                 self._token, self._doc, self.owner = taken, mine, mine["owner"]
                 self.previous = doc if doc and not doc.get("released_at") else None
                 if self.previous is not None:
-                    logger.warning(
-                        "Run %s: the lease of %s expired without release (that driver "
-                        "died); taking the run over.", self.name,
-                        describe_owner(self.previous.get("owner", {})))
+                    why = dead or "its lease expired without release"
+                    logger.warning("Run %s: its driver %s died (%s); taking the run over.",
+                                   self.name,
+                                   describe_owner(self.previous.get("owner", {})), why)
                 self._start_heartbeat()
                 return self
             # Another driver took it between our read and our write: read who, again.
@@ -336,7 +405,7 @@ class RunLease:
         raise self._in_progress(doc or {}, time.time())
 
     def _new_doc(self, now: float) -> Doc:
-        owner = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+        owner = {"id": uuid.uuid4().hex, **_host_identity(), "pid": os.getpid(),
                  "process_started_at": _process_started_at(), "taken_at": now,
                  "orchestrator_run_id": orchestrator_run_id()}
         return {"version": 1, "run": self.name, "owner": owner, "heartbeat_at": now,

@@ -7,11 +7,15 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
+from engine._internal import run_lease
 from engine._internal.run_lease import (LEASE_DIR, LEASE_S_ENV_VAR, RunLease, lease_seconds,
                                         read_lease)
 from engine._internal.storage import Storage
@@ -19,11 +23,15 @@ from engine.exceptions import RunInProgressError, StorageError
 
 
 @pytest.fixture(params=["local", "s3"])
-def run_storage(request, tmp_path, aws_test_credentials):
+def run_uri(request, tmp_path, aws_test_credentials):
     if request.param == "local":
-        return Storage.from_path(str(tmp_path / "runs" / "r1"))
-    s3_path = request.getfixturevalue("s3_storage_path")
-    return Storage.from_path(s3_path.replace("?", "/r1?", 1))
+        return str(tmp_path / "runs" / "r1")
+    return request.getfixturevalue("s3_storage_path").replace("?", "/r1?", 1)
+
+
+@pytest.fixture
+def run_storage(run_uri):
+    return Storage.from_path(run_uri)
 
 
 def _snapshot(st: Storage) -> dict:
@@ -135,3 +143,69 @@ def test_lease_length_from_the_environment(monkeypatch):
     monkeypatch.setenv(LEASE_S_ENV_VAR, "soon")
     with pytest.raises(StorageError, match=LEASE_S_ENV_VAR):
         lease_seconds()
+
+
+# --- a dead owner on this host: taken over at once, before the lease expires -----------
+_HOLD_LEASE = """
+import sys, time
+from engine._internal.run_lease import RunLease
+from engine._internal.storage import Storage
+RunLease(Storage.from_path(sys.argv[1]), "r1", ttl_s=600).acquire()
+print("taken", flush=True)
+time.sleep(600)
+"""
+
+
+def _driver_holding_the_lease(uri: str) -> subprocess.Popen:
+    """A separate process (a driver) that takes a 10-minute lease and keeps it."""
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LEASE, uri],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert proc.stdout.readline().strip() == "taken"
+    return proc
+
+
+def test_a_sigkilled_driver_on_this_host_is_taken_over_at_once(run_uri, run_storage):
+    proc = _driver_holding_the_lease(run_uri)
+    try:
+        with pytest.raises(RunInProgressError):  # alive: refused
+            RunLease(run_storage, "r1", ttl_s=30).acquire()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert read_lease(run_storage)["expires_at"] > time.time() + 500  # not expired
+    heir = RunLease(run_storage, "r1", ttl_s=30).acquire()
+    try:
+        assert heir.previous["owner"]["pid"] == proc.pid
+        assert read_lease(run_storage)["owner"]["id"] == heir.owner["id"]
+    finally:
+        heir.release()
+
+
+def test_a_reused_pid_does_not_keep_a_dead_drivers_lease(run_storage, monkeypatch):
+    # The owner's pid is alive (this process) but started at another time than the
+    # lease records: the pid was reused by another process after the driver died.
+    monkeypatch.setattr(run_lease, "_process_started_at", lambda pid=None: 1.0e9)
+    dead = RunLease(run_storage, "r1", ttl_s=600).acquire()
+    dead._stop.set()
+    dead._thread.join()
+    monkeypatch.undo()
+    heir = RunLease(run_storage, "r1", ttl_s=30).acquire()
+    try:
+        assert heir.previous["owner"]["id"] == dead.owner["id"]
+        assert dead.renew() is False and dead.lost
+    finally:
+        heir.release()
+
+
+def test_a_dead_pid_on_another_host_waits_for_the_expiry(run_uri, run_storage,
+                                                         monkeypatch):
+    real = run_lease._host_identity
+    monkeypatch.setattr(run_lease, "_host_identity",
+                        lambda: dict(real(), host="other-host"))
+    proc = _driver_holding_the_lease(run_uri)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    # The lease names this host, but the caller now runs on "other-host": it cannot
+    # tell whether that pid is dead, so the live lease stands.
+    with pytest.raises(RunInProgressError):
+        RunLease(run_storage, "r1", ttl_s=30).acquire()
