@@ -1,8 +1,8 @@
 """One owner per run, with real drivers: two ``fit()`` processes on one run name at once
 (local path, then S3 on a moto server): one trains, the other raises
-``RunInProgressError`` and changes nothing; the owner is SIGKILLed; a caller before the
-lease expires is refused, one after it takes the run over and resumes from the latest
-committed checkpoint (``restores`` 1)."""
+``RunInProgressError`` and changes nothing; the owner is SIGKILLed; a caller on another
+host before the lease expires is refused, one after it takes the run over and resumes
+from the latest committed checkpoint (``restores`` 1)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from tests.conftest import REPO
 
 LEASE_S = 4.0
 DRIVER = textwrap.dedent("""
-    import json, sys, time
+    import json, os, socket, sys, time
+    if os.environ.get("AS_HOST"):  # a driver on another machine (by its host name)
+        socket.gethostname = lambda: os.environ["AS_HOST"]
     import engine
     from engine import Checkpoint, RunConfig, ScalingConfig
     from engine.exceptions import RunInProgressError
@@ -53,9 +55,10 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _start(script: str, storage: str, name: str, n: int, sleep: float) -> subprocess.Popen:
+def _start(script: str, storage: str, name: str, n: int, sleep: float,
+           host: str = "") -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=REPO, TRAINYARD_RUN_LEASE_S=str(LEASE_S),
-               TRAINYARD_RAY_NUM_CPUS="2", RAY_DEDUP_LOGS="0")
+               TRAINYARD_RAY_NUM_CPUS="2", RAY_DEDUP_LOGS="0", AS_HOST=host)
     env.pop("RAY_ADDRESS", None)
     return subprocess.Popen([sys.executable, script, storage, name, str(n), str(sleep)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -133,8 +136,10 @@ def _scenario(tmp_path, storage: str) -> None:
         _kill_tree(owner)
         before = _record(st)
         assert before["state"] == "RUNNING" and before.get("restores", 0) == 0
-        # Right after the kill the lease is still live: refused, nothing changed.
-        early = _start(script, storage, name, 200, 0.3)
+        # Right after the kill the lease is still live for a driver on another host
+        # (it cannot see that the owner's process is gone): refused, nothing changed.
+        # (On the owner's own host it would take over at once: test_fault_tolerance.)
+        early = _start(script, storage, name, 200, 0.3, host="other-host")
         out = early.communicate(timeout=120)[0]
         assert early.returncode == 3, out
         assert _line(out, "IN_PROGRESS")["owner"]["pid"] == owner.pid
@@ -143,7 +148,8 @@ def _scenario(tmp_path, storage: str) -> None:
         # After expiry the next caller takes over and resumes from the checkpoint.
         last = max(_committed(st))
         heir = _start(script, storage, name, int(json.loads(
-            st.read_bytes(f"{st.root}/{last}/.trainyard_committed"))["iteration"]) + 3, 0.05)
+            st.read_bytes(f"{st.root}/{last}/.trainyard_committed"))["iteration"]) + 3, 0.05,
+            host="other-host")
         out = heir.communicate(timeout=300)[0]
         assert heir.returncode == 0, out[-4000:]
         result = _line(out, "RESULT")
