@@ -45,7 +45,7 @@ from engine import constants
 from engine import storage as _storage
 from engine.storage import Storage, default_root, redact
 from engine.exceptions import ConfigError, TrainyardError
-from tasks import _store
+from tasks import _shipping, _store
 
 logger = logging.getLogger("tasks.jobs")
 
@@ -228,6 +228,7 @@ def plan(step: str, kwargs: Dict[str, Any]) -> Optional["StepJob"]:
                                       f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         kwargs = {**kwargs, "run": run}
         storage, runtime_env, key = run.get("storage"), run.get("runtime_env"), run["name"]
+        pipeline: Optional[str] = kwargs["pipeline"]
     else:
         if execution_mode(kwargs.get("execution")) == LOCAL:
             return None
@@ -235,10 +236,12 @@ def plan(step: str, kwargs: Dict[str, Any]) -> Optional["StepJob"]:
 
         ckpt = CheckpointRef.from_dict(kwargs["checkpoint"])
         data = DatasetRef.from_dict(kwargs["dataset"])
-        storage, runtime_env = ckpt.storage, kwargs.get("runtime_env")
+        storage, runtime_env, pipeline = ckpt.storage, kwargs.get("runtime_env"), ckpt.pipeline
         key = digest(ckpt.uri, data.fingerprint, {k: v for k, v in kwargs.items() if k not in (
             "checkpoint", "dataset", "execution", "runtime_env")}, orchestrator_run_id())
     job_runtime_env(runtime_env, "", "", "", None)  # validates its shape
+    # The pipeline plugin's code goes with the job unless runtime_env ships it (issue 21).
+    runtime_env = _shipping.with_pipeline(runtime_env, pipeline)
     job = StepJob(step=step, kwargs=jsonable(kwargs), name=job_name(step, key),
                   storage=job_storage_root(storage),
                   address=job_address(current_caller().address),

@@ -2,7 +2,8 @@
 
     python tests/ray_job_orchestrator.py <out.json> <storage> <run name> <epochs> [step ...]
 
-It ingests and splits the digits here (no Ray), then calls ``tasks.core.train`` (and
+It ingests and splits the digits here (no Ray; ``$TY_PIPELINE``, ``$TY_SOURCE``,
+``$TY_LABEL`` and ``$TY_CONFIG`` (JSON) name another pipeline), then calls ``tasks.core.train`` (and
 ``evaluate``, ``batch_predict`` when named) in the mode ``$TRAINYARD_EXECUTION`` says,
 and writes the references, and whether this process imported torch or started Ray, to
 ``out.json``.
@@ -21,12 +22,15 @@ def main(out: str, storage: str, run_name: str, epochs: str, *steps: str) -> Non
                         format="%(name)s %(levelname)s %(message)s")
     from tasks import core
 
-    data = core.ingest("sklearn:digits", storage=storage)
-    splits = core.split(data, 0.2, 0, "target")
+    pipeline = os.environ.get("TY_PIPELINE", "digits")  # another: TY_SOURCE, TY_LABEL
+    data = core.ingest(os.environ.get("TY_SOURCE", "sklearn:digits"), storage=storage)
+    splits = core.split(data, 0.2, 0, os.environ.get("TY_LABEL", "target"))
     config = {"epochs": int(epochs), "epoch_delay_s": float(os.environ.get("EPOCH_DELAY",
                                                                              "0")),
               "seed": 0}
-    ckpt = core.train("digits", splits, {"num_workers": 1},
+    if os.environ.get("TY_CONFIG"):
+        config = json.loads(os.environ["TY_CONFIG"])
+    ckpt = core.train(pipeline, splits, {"num_workers": 1},
                       {"name": run_name, "storage": storage, "config": config,
                        "max_failures": 0})
     result = {"checkpoint": ckpt.to_dict(), "checkpoint_type": type(ckpt).__name__}

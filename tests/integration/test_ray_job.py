@@ -361,3 +361,37 @@ def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_
     request = s3_server.client().get_object(
         Bucket=s3_server.bucket, Key=f"{prefix}/jobs/trainyard-train-rj-s3/request.json")
     assert s3_server.endpoint not in request["Body"].read().decode()
+
+
+OWN_PIPELINE = os.path.join(REPO, "examples", "own_pipeline")
+
+
+def test_a_plugin_pipeline_from_the_environment_is_shipped_to_its_jobs(head, tmp_path):
+    """examples/own_pipeline on this process's path only (TRAINYARD_PIPELINES): the
+    train and evaluate jobs get its package (with the CSV it ships) as py_modules and
+    the variable in their env_vars; the cluster itself does not have it."""
+    storage = str(tmp_path / "storage")
+    data = os.path.join(OWN_PIPELINE, "own_pipeline", "data", "churn.csv")
+    job = _orchestrate(
+        tmp_path, head, storage, "rj-churn", 1, "evaluate", name="churn",
+        PYTHONPATH=os.pathsep.join([REPO, OWN_PIPELINE]),
+        TRAINYARD_PIPELINES="churn_xgboost=own_pipeline.churn:XGBOOST",
+        TY_PIPELINE="churn_xgboost", TY_SOURCE=data, TY_LABEL="churned",
+        TY_CONFIG=json.dumps({"num_boost_round": 5, "seed": 0}))
+    ref, log = _finish(job, tmp_path, "churn")
+    assert ref["checkpoint"]["run_name"] == "rj-churn"
+    assert ref["checkpoint"]["pipeline"] == "churn_xgboost"
+    assert ref["metrics"]["accuracy"] >= 0.7  # the example's gate
+    package = os.path.realpath(os.path.join(OWN_PIPELINE, "own_pipeline"))
+    assert f"Shipping pipeline churn_xgboost to the Ray job: py_modules {package}" in log
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(head.address)
+    jobs = [j for j in client.list_jobs()
+            if "churn_xgboost" in json.dumps((j.runtime_env or {}).get("env_vars", {}))]
+    assert sorted(j.metadata["trainyard_step"] for j in jobs) == ["evaluate", "train"]
+    for info in jobs:
+        assert str(info.status) == "SUCCEEDED"
+        assert [m.startswith("gcs://") for m in info.runtime_env["py_modules"]] == [True]
+        assert info.runtime_env["env_vars"]["TRAINYARD_PIPELINES"] == \
+            "churn_xgboost=own_pipeline.churn:XGBOOST"
