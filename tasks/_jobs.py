@@ -114,6 +114,16 @@ def job_address(explicit: Optional[str] = None) -> str:
     return address.rstrip("/")
 
 
+def poll_intervals(longest: float, first: float = 0.1) -> Iterator[float]:
+    """Seconds between status polls: from ``first``, growing by half each time up to
+    ``longest`` (a short job's end is seen within a fraction of a second, a long one's
+    server is not asked every 100 ms)."""
+    interval = min(first, longest)
+    while True:
+        yield interval
+        interval = min(longest, interval * 1.5)
+
+
 def poll_seconds() -> float:
     try:
         return max(0.05, float(os.environ.get(JOB_POLL_S_ENV_VAR, DEFAULT_POLL_S)))
@@ -382,21 +392,37 @@ class StepJob:
         tail = LogTail(self.client, submission_id, on_log or default_log_sink(submission_id))
         tail.start()
         try:
-            while True:
+            for interval in poll_intervals(poll_s or poll_seconds()):
                 status = self._status(submission_id)
                 if status == "RUNNING" and self._result_written(submission_id):
-                    tail.wait_for_end(timeout=3.0)  # its last lines, not its exit
+                    self._last_lines(tail, submission_id)  # not its exit
                     return "SUCCEEDED"  # the step is done; its driver is exiting
                 if status in ("SUCCEEDED", "FAILED", "STOPPED"):
                     tail.finish()
                     return status
-                time.sleep(poll_s or poll_seconds())
+                # The job's result line in its log wakes this at once; the status
+                # poll covers a log stream that lags or fails.
+                if tail.ended:
+                    time.sleep(interval)  # seen, but the result is not visible yet
+                else:
+                    tail.wait_for_end(timeout=interval)
+            raise AssertionError("unreachable")  # poll_intervals never ends
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled: the job goes too
                 self.stop(submission_id)
             raise
         finally:
             tail.close()
+
+    def _last_lines(self, tail: "LogTail", submission_id: str) -> None:
+        """The job's last log lines into the task's log: read at once from the job's
+        log (the stream lags it), else waited for from the stream (3 s at most)."""
+        if tail.ended:
+            return
+        try:
+            tail.catch_up(self.client.get_job_logs(submission_id) or "")
+        except Exception:  # noqa: BLE001 - logs are a convenience
+            tail.wait_for_end(timeout=3.0)
 
     def _result_written(self, submission_id: str) -> bool:
         try:
@@ -459,15 +485,24 @@ class StepJob:
 
 
 # --- helpers --------------------------------------------------------------------------------
+# One client per job server and process: a flow's steps share it (its construction
+# asks the server for its version, a round trip per step otherwise).
+_CLIENTS: Dict[str, Any] = {}
+
+
 def connect(address: str) -> Any:
-    """A JobSubmissionClient, or a ConfigError that says how to fix the address."""
+    """A JobSubmissionClient (this process's one for the address), or a ConfigError that
+    says how to fix the address."""
+    if address in _CLIENTS:
+        return _CLIENTS[address]
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:
         raise ConfigError("execution='ray_job' needs Ray's job-submission client: pip "
                           "install 'trainyard[jobs]' (ray[default]).") from exc
     try:
-        return JobSubmissionClient(address)
+        client = _CLIENTS[address] = JobSubmissionClient(address)
+        return client
     except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError
         raise ConfigError(
             f"Cannot reach a Ray job server at {address} ({type(exc).__name__}: "
@@ -577,6 +612,9 @@ class LogTail:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"trainyard-log-{submission_id}"[:60])
         self._partial = ""
+        self._lock = threading.Lock()
+        self._emitted = 0  # complete lines passed to the sink
+        self._caught_up = False
 
     def start(self) -> None:
         self._thread.start()
@@ -597,17 +635,45 @@ class LogTail:
         self.flush()
 
     def feed(self, chunk: str) -> None:
-        text = self._partial + chunk
-        *lines, self._partial = text.split("\n")
+        with self._lock:
+            if self._caught_up:  # catch_up() sent the rest already
+                return
+            text = self._partial + chunk
+            *lines, self._partial = text.split("\n")
+            self._emit(lines)
+
+    def _emit(self, lines: List[str]) -> None:
         for line in lines:
             if line.startswith(RESULT_LINE_PREFIX):
                 self._end_seen.set()
             self.sink(self.prefix + _storage.scrub(line.rstrip("\r")))
+        self._emitted += len(lines)
+
+    def catch_up(self, full_log: str) -> None:
+        """Send the lines of the job's whole log (``get_job_logs``) that the stream has
+        not delivered yet, and stop the stream's: Ray's log stream lags the log file by
+        a second or more, and the job is done."""
+        with self._lock:
+            if self._caught_up:
+                return
+            self._caught_up = True
+            lines = full_log.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            self._partial = ""
+            self._emit(lines[self._emitted:])
+            self._end_seen.set()
 
     def flush(self) -> None:
-        if self._partial:
-            self.sink(self.prefix + _storage.scrub(self._partial))
-            self._partial = ""
+        with self._lock:
+            if self._partial and not self._caught_up:
+                self.sink(self.prefix + _storage.scrub(self._partial))
+                self._partial = ""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the job's last line (the entry's result line) has come through."""
+        return self._end_seen.is_set()
 
     def wait_for_end(self, timeout: float) -> None:
         """Until the job's last line (the entry's result line) has come through."""

@@ -28,7 +28,7 @@ class RayJobTrigger(BaseTrigger):
     Args:
         address: The job server (``http://<head>:8265``).
         submission_id: The job.
-        poll_s: Seconds between status polls.
+        poll_s: Longest seconds between status polls (they start at 0.1 s).
     """
 
     def __init__(self, address: str, submission_id: str, poll_s: float = 2.0) -> None:
@@ -49,12 +49,13 @@ class RayJobTrigger(BaseTrigger):
         self.log.info("Waiting for Ray job %s at %s.", self.submission_id, self.address)
         tail = asyncio.ensure_future(self._tail(client))
         try:
-            while True:
+            # From 0.1 s up to poll_s: a short job's end is seen at once.
+            for interval in _jobs.poll_intervals(self.poll_s):
                 status = str(await asyncio.to_thread(client.get_job_status,
                                                      self.submission_id))
                 if status in _TERMINAL:
                     break
-                await asyncio.sleep(self.poll_s)
+                await asyncio.sleep(interval)
             try:  # the log socket closes at the job's end: let it drain
                 await asyncio.wait_for(asyncio.shield(tail), timeout=5)
             except (asyncio.TimeoutError, Exception):  # noqa: BLE001

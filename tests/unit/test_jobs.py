@@ -106,3 +106,61 @@ def test_only_an_earlier_attempts_lease_is_waited_for():
     assert _earlier_attempt(f"airflow:d/r/t/{name}-a1", name, f"{name}-a2")
     assert not _earlier_attempt(f"{name}-a2", name, f"{name}-a2")
     assert not _earlier_attempt("airflow:d/r/t", name, f"{name}-a2")  # a local driver
+
+
+class _SlowJobServer:
+    """A job server stand-in: the job stays RUNNING; its log ends with the entry's
+    result line after ``after_s`` (the result file is written just before)."""
+
+    def __init__(self, result_path: str, after_s: float) -> None:
+        self.result_path, self.after_s, self.status_calls = result_path, after_s, 0
+
+    def get_job_status(self, submission_id):
+        self.status_calls += 1
+        return "RUNNING"
+
+    async def tail_job_logs(self, submission_id):
+        import asyncio
+        import json
+
+        yield "training...\n"
+        await asyncio.sleep(self.after_s)
+        with open(self.result_path, "w") as f:
+            json.dump({"type": "json", "value": 1}, f)
+        yield f"{_jobs.RESULT_LINE_PREFIX}done\n"
+
+
+def test_the_wait_ends_at_the_result_line_not_at_the_next_poll(tmp_path):
+    import time
+
+    job = _jobs.StepJob(step="train", kwargs={}, name="trainyard-train-r",
+                        storage=str(tmp_path), address="http://head:8265")
+    job._client = _SlowJobServer(job.result_uri("trainyard-train-r-a1"), after_s=0.5)
+    (tmp_path / "jobs" / "trainyard-train-r").mkdir(parents=True)
+    lines = []
+    t0 = time.monotonic()
+    status = job.wait("trainyard-train-r-a1", lines.append, poll_s=30.0)
+    took = time.monotonic() - t0
+    assert status == "SUCCEEDED" and lines[-1].endswith(f"{_jobs.RESULT_LINE_PREFIX}done")
+    assert took < 5.0, took  # a 30 s poll interval would have waited until 30 s
+    assert job._client.status_calls <= 6  # backs off from 0.1 s instead of spinning
+
+
+def test_poll_intervals_start_small_and_grow_to_the_setting():
+    import itertools
+
+    got = list(itertools.islice(_jobs.poll_intervals(1.0), 8))
+    assert got[0] == 0.1 and got == sorted(got) and got[-1] == 1.0
+    assert list(itertools.islice(_jobs.poll_intervals(0.05), 2)) == [0.05, 0.05]
+
+
+def test_the_last_lines_come_from_the_whole_log_once(monkeypatch):
+    lines = []
+    tail = _jobs.LogTail(None, "j-a1", lines.append)
+    tail.feed("one\ntwo\nthr")  # the stream lags: "three" and the rest not yet
+    tail.catch_up(f"one\ntwo\nthree\nfinished after 3 epochs\n{_jobs.RESULT_LINE_PREFIX}x\n")
+    tail.feed("ee\nfinished after 3 epochs\n")  # the stream's late copy: dropped
+    tail.flush()
+    assert [ln.split("] ", 1)[1] for ln in lines] == [
+        "one", "two", "three", "finished after 3 epochs", f"{_jobs.RESULT_LINE_PREFIX}x"]
+    assert tail.ended
