@@ -33,7 +33,8 @@ from bench.core import (REGISTRY, REPO, Context, RssSampler, Workload, count_ray
 # The workload modules: every ``bench/<name>.py`` that registers a workload. Modules
 # that are not workloads (the harness itself, shared loops) are listed here; a new
 # workload only needs its own file. The order is the table's order.
-NOT_WORKLOADS = {"__init__", "core", "run", "ddp_loop"}
+NOT_WORKLOADS = {"__init__", "core", "run", "ddp_loop",
+                 "ray_job_overhead"}  # standalone: needs a cluster with a job server
 FIRST = ["empty_fit", "report_latency", "ddp", "ingest", "checkpoint_save", "recovery",
          "tuner", "batch_predict"]
 

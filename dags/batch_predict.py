@@ -11,7 +11,8 @@ names it too, and is logged). A manual run scores with whatever ``production`` p
 
 Params: ``storage`` (default ``$TRAINYARD_STORAGE_PATH``; the retrain DAG's storage),
 ``source`` (the rows to score; default the pipeline's data), ``output`` (default under
-``<storage>/predictions/``), ``num_workers`` (scoring actors).
+``<storage>/predictions/``), ``num_workers`` (scoring actors), ``execution`` (``ray_job``:
+score in a Ray job, the task deferring meanwhile; default ``$TRAINYARD_EXECUTION``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ PARAMS = {
                     description="Directory for the predictions; default under "
                                 "<storage>/predictions/."),
     "num_workers": Param(1, type="integer", minimum=1, description="Scoring actors."),
+    "execution": Param(None, type=["null", "string"], enum=[None, "local", "ray_job"],
+                       description="ray_job: score in a Ray job on the cluster of the "
+                                   "trainyard_ray connection (the task defers); default "
+                                   "$TRAINYARD_EXECUTION or local."),
 }
 
 
@@ -49,7 +54,7 @@ def plan(pipeline: str) -> Dict[str, Any]:
     # XCom gets URIs without credentials; each task reopens them with theirs.
     return {"storage": xcom_uri(storage_root(p["storage"])),
             "source": p["source"] or spec.source, "output": xcom_uri(p["output"]),
-            "num_workers": p["num_workers"]}
+            "num_workers": p["num_workers"], "execution": p["execution"]}
 
 
 def build_batch_predict_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
@@ -65,7 +70,8 @@ def build_batch_predict_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
         model = resolve_model_task(pipeline, alias, storage=settings["storage"])
         data = ingest_task(settings["source"], storage=settings["storage"])
         batch_predict_task(model, data, settings["output"],
-                           num_workers=settings["num_workers"])
+                           num_workers=settings["num_workers"],
+                           execution=settings["execution"])
 
     return batch_predict()
 

@@ -18,7 +18,10 @@ Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC; ``non
 triggered runs only), no catch-up, one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated; default:
 every pipeline discovery finds — trainyard's own and every installed plugin's).
 Storage: the ``storage`` param, else ``$TRAINYARD_STORAGE_PATH`` (``s3://…`` on a cluster).
-Training runs on the Ray cluster at ``$RAY_ADDRESS``, or on a local Ray.
+Training runs on the Ray cluster at ``$RAY_ADDRESS``, or on a local Ray; with the
+``execution`` param (or ``$TRAINYARD_EXECUTION``) ``ray_job``, tune, train and evaluate
+are Ray jobs on the cluster of the ``trainyard_ray`` connection, and the tasks defer
+while they run (the triggerer must be running).
 
 Parsing this file imports Airflow's task SDK and trainyard's small reference modules
 only; Ray, torch and the rest load inside the task bodies.
@@ -90,6 +93,10 @@ PARAMS = {
     "skip_if_unchanged": Param(False, type="boolean",
                                description="Skip training when the production model was "
                                            "trained on exactly this data."),
+    "execution": Param(None, type=["null", "string"], enum=[None, "local", "ray_job"],
+                       description="ray_job: tune, train and evaluate run as Ray jobs on "
+                                   "the cluster of the trainyard_ray connection and defer "
+                                   "meanwhile; default $TRAINYARD_EXECUTION or local."),
 }
 
 
@@ -112,9 +119,11 @@ def plan(pipeline: str) -> Dict[str, Any]:
         "tune_config": {"num_samples": p["tune_samples"], "seed": p["seed"]},
         "tune_run": {"storage": storage,
                      "config": {spec.epochs_key: p["tune_epochs"]} if spec.epochs_key else {},
-                     "max_failures": p["max_failures"], "num_to_keep": 1},
+                     "max_failures": p["max_failures"], "num_to_keep": 1,
+                     "execution": p["execution"]},
         "train_run": {"storage": storage, "config": dict(p["train_config"] or {}),
-                      "max_failures": p["max_failures"]},
+                      "max_failures": p["max_failures"], "execution": p["execution"]},
+        "execution": p["execution"],
         # A model without epochs (scikit-learn) has no epochs key: nothing to set.
         "train_epochs": p["train_epochs"] or spec.defaults.get(spec.epochs_key or ""),
         "epochs_key": spec.epochs_key,
@@ -166,7 +175,7 @@ def build_retrain_dag(pipeline: str, alias: str = DEFAULT_ALIAS) -> DAG:
         run = final_config(settings["train_run"], tuned, settings["epochs_key"],
                            settings["train_epochs"])
         checkpoint = train_task(pipeline, splits, settings["scaling"], run)
-        metrics = evaluate_task(checkpoint, splits["validation"])
+        metrics = evaluate_task(checkpoint, splits["validation"], settings["execution"])
         promote_task.override(outlets=[model_asset(pipeline, alias)],
                               on_skipped_callback=rejection_notifier())(
             checkpoint, metrics, alias, settings["gate"], dataset=splits["validation"])

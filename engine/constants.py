@@ -219,6 +219,40 @@ AIRFLOW_WEBHOOK_CONN_ENV_VAR = _setting(
     "TRAINYARD_AIRFLOW_WEBHOOK_CONN_ID", "trainyard_webhook",
     "The Airflow connection whose URL the DAGs' notifiers post failures and gate "
     "rejections to (no such connection: logged only).", scope="Airflow")
+RUN_LEASE_S_ENV_VAR = _setting(
+    "TRAINYARD_RUN_LEASE_S", 60.0,
+    "Seconds a driver's ownership lease on a run lasts without renewal; another driver "
+    "takes the run over only after it expires (RunInProgressError until then).")
+ORCHESTRATOR_RUN_ID_ENV_VAR = _setting(
+    "TRAINYARD_ORCHESTRATOR_RUN_ID", None,
+    "The orchestrator run that started this driver, recorded as the run lease's owner "
+    "(set by the ray_job mode; Airflow's and Prefect's own variables otherwise).",
+    default_text="from Airflow/Prefect when set")
+EXECUTION_ENV_VAR = _setting(
+    "TRAINYARD_EXECUTION", "local",
+    "How pipeline steps that start Ray work run: local (this process is the Ray driver) "
+    "or ray_job (submitted to a Ray cluster's job server).", scope="pipelines")
+RAY_JOB_ADDRESS_ENV_VAR = _setting(
+    "TRAINYARD_RAY_JOB_ADDRESS", None,
+    "The Ray job server (http://head:8265) of the ray_job mode.", scope="pipelines",
+    default_text="$RAY_ADDRESS when it is http(s)://")
+RAY_JOB_PYTHON_ENV_VAR = _setting(
+    "TRAINYARD_RAY_JOB_PYTHON", "python",
+    "The Python a ray_job step's entrypoint runs with on the cluster.", scope="pipelines")
+RAY_JOB_POLL_S_ENV_VAR = _setting(
+    "TRAINYARD_RAY_JOB_POLL_S", 1.0,
+    "Seconds between polls of a Ray job's status and logs.", scope="pipelines")
+JOB_NAME_ENV_VAR = _setting(
+    "TRAINYARD_JOB_NAME", None,
+    "Set by the ray_job mode in the job's environment: the step's job directory name.",
+    scope="pipelines", default_text="set by trainyard")
+JOB_SUBMISSION_ID_ENV_VAR = _setting(
+    "TRAINYARD_JOB_SUBMISSION_ID", None,
+    "Set by the ray_job mode in the job's environment: its submission id.",
+    scope="pipelines", default_text="set by trainyard")
+RAY_CONN_ID_ENV_VAR = _setting(
+    "TRAINYARD_RAY_CONN_ID", "trainyard_ray",
+    "The Airflow connection that names the Ray job server.", scope="Airflow")
 SQL_PASSWORD_ENV_VAR = _setting(
     "TRAINYARD_SQL_PASSWORD", None,
     "The database password ingest() fills into a SQL source URL that has none (never "

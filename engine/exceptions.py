@@ -103,3 +103,19 @@ class FrameworkMismatchError(CheckpointError):
     def __reduce__(self):
         return (type(self), (self.args[0], self.checkpoint_framework,
                              self.predictor_framework))
+
+
+class RunInProgressError(TrainyardError):
+    """Another driver holds the run's lease (one owner per run). ``.owner`` (host, pid,
+    orchestrator run id …) and ``.expires_at`` (Unix time) say who and until when; the
+    storage was not changed."""
+
+    def __init__(self, message: str, owner: Optional[dict] = None,
+                 expires_at: Optional[float] = None, run_name: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.owner = dict(owner or {})
+        self.expires_at = expires_at
+        self.run_name = run_name
+
+    def __reduce__(self):  # crosses processes (Ray, orchestrator results): keep the fields
+        return (type(self), (self.args[0], self.owner, self.expires_at, self.run_name))

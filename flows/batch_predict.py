@@ -34,7 +34,8 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
                   keep_columns: Optional[List[str]] = None,
                   task_retries: int = RETRIES,
                   retry_delay_s: float = RETRY_DELAY_S,
-                  checkpoint_uri: Optional[str] = None) -> Dict[str, Any]:
+                  checkpoint_uri: Optional[str] = None,
+                  execution: Optional[str] = None) -> Dict[str, Any]:
     """Score ``source`` with the ``alias`` model of ``pipeline``.
 
     Args:
@@ -49,6 +50,7 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
         checkpoint_uri: Score with this checkpoint, which must have been promoted as
             ``alias`` (a ``trainyard.model.promoted`` trigger passes it); default: the
             one ``alias`` points at now.
+        execution: ``ray_job`` scores in a Ray job on the cluster (see flows.retrain).
 
     Returns:
         ``{"model": <checkpoint URI>, "predictions": DatasetRef as a dict}``.
@@ -68,7 +70,8 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
     retry = task_options(task_retries, retry_delay_s, storage)
     data = ingest_task.with_options(**retry)(source or spec.source, storage=storage)
     scored: DatasetRef = batch_predict_task.with_options(**retry)(
-        model, data, output, num_workers=num_workers, keep_columns=keep_columns)
+        model, data, output, num_workers=num_workers, keep_columns=keep_columns,
+        execution=execution)
     print(f"Scored {scored.num_rows} rows with {model.uri}: {scored.uri}")
     return {"model": model.uri, "predictions": scored.to_dict()}
 

@@ -6,7 +6,9 @@
     python -m flows.retrain --pipeline breast_cancer --storage s3://bucket/ty --workers 4
 
 As a deployment (``deploy/prefect.yaml``) it runs on a cron schedule on a process work
-pool. With ``RAY_ADDRESS`` set, training runs on that Ray cluster.
+pool. With ``RAY_ADDRESS`` set, training runs on that Ray cluster; with
+``execution="ray_job"`` (the ``retrain-digits-ray-job`` deployment) the steps that start
+Ray work are submitted to that cluster as Ray jobs, and this flow run only waits.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             data_checks: Optional[Dict[str, Any]] = None,
             window: Optional[Dict[str, Any]] = None,
             partition_filter: Optional[Dict[str, Any]] = None,
-            incremental: bool = False, skip_if_unchanged: bool = False) -> Dict[str, Any]:
+            incremental: bool = False, skip_if_unchanged: bool = False,
+            execution: Optional[str] = None,
+            runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Retrain a pipeline's model, promote it if it passes the gate, score with it.
 
     Args:
@@ -81,6 +85,12 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             start time unless it says ``until``.
         skip_if_unchanged: Stop after the split when the ``alias`` model was trained on
             exactly this training data (nothing new arrived).
+        execution: ``local`` (this flow run drives Ray) or ``ray_job`` (tune, train,
+            evaluate and batch prediction run as Ray jobs on the cluster at
+            ``$TRAINYARD_RAY_JOB_ADDRESS`` / an http(s):// ``$RAY_ADDRESS``); default
+            ``$TRAINYARD_EXECUTION`` or ``local``.
+        runtime_env: Ray's runtime_env of those jobs (default: the cluster's own
+            trainyard installation).
 
     Returns:
         The summary (best config, validation metrics, promotion, where things are).
@@ -91,6 +101,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     storage = storage_root(storage)
     retry = task_options(task_retries, retry_delay_s, storage)
     scaling = {"num_workers": num_workers}
+    jobs = {"execution": execution, "runtime_env": runtime_env}
     with _quiet_ray_data():
         data = ingest_task.with_options(**retry)(
             source or spec.source, storage=storage, partition_filter=partition_filter,
@@ -111,13 +122,13 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         tuned = tune_task.with_options(**retry)(
             pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
             scaling, {"storage": storage, "config": epochs_config(spec, tune_epochs),
-                      "max_failures": max_failures, "num_to_keep": 1})
+                      "max_failures": max_failures, "num_to_keep": 1, **jobs})
         config = {**tuned.best_config, **(train_config or {}),
                   **epochs_config(spec, train_epochs)}
         ckpt = train_task.with_options(**retry)(
             pipeline, splits, scaling, {"storage": storage, "config": config,
-                                        "max_failures": max_failures})
-        metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"])
+                                        "max_failures": max_failures, **jobs})
+        metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"], **jobs)
         promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate,
                                                        dataset=splits["validation"])
         production = core.resolve_alias(pipeline, alias, storage=storage)
@@ -129,7 +140,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             scoring = (ingest_task.with_options(**retry)(scoring_source, storage=storage)
                        if scoring_source else splits["validation"])
             predictions = batch_predict_task.with_options(**retry)(
-                production, scoring, num_workers=1)
+                production, scoring, num_workers=1, **jobs)
         summary = summarize(pipeline, ckpt, metrics, promotion, tuned, predictions,
                             production, spec.epochs_key)
         directory = report_dir(storage, pipeline, flow_run.id or "local")

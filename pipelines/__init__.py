@@ -237,6 +237,13 @@ def _entries() -> Dict[str, PipelineEntry]:
     return found
 
 
+def pipeline_entry(name: str) -> Optional[PipelineEntry]:
+    """Where the pipeline called ``name`` is declared (its distribution and version, the
+    environment variable, or ``register_pipeline()``), without importing it; None when
+    there is no such pipeline."""
+    return _entries().get(name)
+
+
 def list_pipelines() -> List[str]:
     """Every pipeline name found (including plugins that fail to load)."""
     return sorted(_entries())
@@ -282,5 +289,5 @@ def pipeline_entries() -> List[Dict[str, Any]]:
 
 
 __all__ = ["PipelineSpec", "get_pipeline", "list_pipelines", "register_pipeline",
-           "pipeline_entries", "refresh", "UnknownPipelineError", "PipelinePluginError",
+           "pipeline_entries", "pipeline_entry", "PipelineEntry", "refresh", "UnknownPipelineError", "PipelinePluginError",
            "ENTRY_POINT_GROUP", "PIPELINES_ENV_VAR"]

@@ -34,6 +34,11 @@ class RunSettings:
             (0: the failure reaches the orchestrator at once, which retries the task).
         num_to_keep: Checkpoints kept (best by the pipeline's metric, plus the latest).
         verbose: Engine progress output (0 silent, 1 a line per report).
+        execution: ``local`` (this process drives Ray) or ``ray_job`` (the step runs as
+            a job on the Ray cluster at ``$TRAINYARD_RAY_JOB_ADDRESS``); default
+            ``$TRAINYARD_EXECUTION`` or ``local`` (see ``tasks._jobs``).
+        runtime_env: Ray's runtime_env of the job in ``ray_job`` mode (``working_dir``,
+            ``py_modules``, ``pip``, ``env_vars``); default the cluster's installation.
     """
 
     name: Optional[str] = None
@@ -42,6 +47,8 @@ class RunSettings:
     max_failures: int = 0
     num_to_keep: Optional[int] = 2
     verbose: int = 1
+    execution: Optional[str] = None
+    runtime_env: Optional[Dict[str, Any]] = None
 
     @classmethod
     def parse(cls, run: Optional[Mapping[str, Any]]) -> "RunSettings":

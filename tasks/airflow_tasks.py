@@ -24,6 +24,17 @@ fail the task at once (``AirflowFailException``); others are retried ``RETRIES``
 only when the gate passes: a rejected candidate ends the task as *skipped*, and DAGs
 scheduled on the asset do not run.
 
+With ``execution="ray_job"`` (``run["execution"]``, the ``execution`` argument, the DAG
+param, or ``$TRAINYARD_EXECUTION``) ``train``, ``tune``, ``evaluate`` and
+``batch_predict`` submit their step as a Ray job (``tasks._jobs``) and **defer** to
+:class:`tasks.airflow_triggers.RayJobTrigger`: no worker slot is held while the job runs,
+the triggerer tails the job's log into the task's log, and the task resumes to read the
+reference back. The job server's address comes from the Airflow connection
+``trainyard_ray`` (``$TRAINYARD_RAY_CONN_ID``; conn type ``ray`` or ``http``, host and
+port of the dashboard), else ``$TRAINYARD_RAY_JOB_ADDRESS`` or an http(s)://
+``$RAY_ADDRESS``. A retried task re-attaches to its job; killing the deferred task stops
+it.
+
 Importing this module imports Airflow's task SDK and nothing heavy: ``tasks.core``,
 Ray and the frameworks are imported inside the task bodies, so DAG files parse fast.
 Only wrapping lives here; every step's logic is in ``tasks.core``.
@@ -33,10 +44,13 @@ from __future__ import annotations
 
 import logging
 import os
+from contextvars import ContextVar
 from typing import Any, Callable, Dict, List, Optional
 
+from airflow.providers.standard.decorators.python import _PythonDecoratedOperator
 from airflow.sdk import Asset, BaseNotifier, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.bases.decorator import task_decorator_factory
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
 from engine import constants
 
@@ -58,6 +72,11 @@ DEFAULT_WEBHOOK_CONN_ID = constants.SETTINGS[WEBHOOK_CONN_ENV_VAR].default
 #: The XCom key under which ``promote_task`` keeps a rejection's gate reasons.
 REJECTION_XCOM_KEY = "rejection"
 ASSET_URI_SCHEME = "trainyard"
+#: The Airflow connection of the Ray job server (execution="ray_job").
+RAY_CONN_ID_ENV_VAR = constants.RAY_CONN_ID_ENV_VAR
+DEFAULT_RAY_CONN_ID = "trainyard_ray"
+#: Seconds between the trigger's polls of a deferred task's Ray job.
+TRIGGER_POLL_S = 2.0
 
 
 # --- DAG-file helpers (cheap: called at parse time) -------------------------------------
@@ -286,6 +305,75 @@ def _run_settings(run: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
+# --- steps that may run as Ray jobs (deferrable) ---------------------------------------
+# The trigger's event while the task resumes (see _StepOperator.execute_complete).
+_RESUME: ContextVar[Optional[Dict[str, Any]]] = ContextVar("trainyard_resume", default=None)
+
+
+class _StepOperator(_PythonDecoratedOperator):
+    """The TaskFlow operator of the steps that start Ray work: in ``ray_job`` mode its
+    callable defers to a :class:`~tasks.airflow_triggers.RayJobTrigger`, and
+    ``execute_complete`` runs the callable again with the trigger's event, which then
+    reads the job's result instead of submitting."""
+
+    def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None,
+                         **_kwargs: Any) -> Any:
+        token = _RESUME.set(dict(event or {}))
+        try:
+            return self.execute(context)
+        finally:
+            _RESUME.reset(token)
+
+
+def _step_task(**kwargs: Any) -> Any:
+    """``@task(...)`` for the deferrable steps."""
+    return task_decorator_factory(decorated_operator_class=_StepOperator, **kwargs)
+
+
+def ray_job_address() -> Optional[str]:
+    """The job server from the Airflow connection ``$TRAINYARD_RAY_CONN_ID`` (default
+    ``trainyard_ray``: conn type ``ray`` or ``http``, host and port of the dashboard),
+    or None when there is no such connection."""
+    from airflow.sdk import Connection
+
+    try:
+        conn = Connection.get(os.environ.get(RAY_CONN_ID_ENV_VAR, DEFAULT_RAY_CONN_ID))
+    except Exception:  # AirflowNotFoundException: use the environment variables
+        return None
+    host = conn.host or ""
+    if "://" not in host:
+        scheme = "https" if (conn.conn_type == "https" or conn.schema == "https") else "http"
+        host = f"{scheme}://{host}"
+    return f"{host.rstrip('/')}:{conn.port}" if conn.port else host.rstrip("/")
+
+
+def _orchestrator_run_id() -> str:
+    ti = get_current_context()["ti"]
+    suffix = "" if ti.map_index is None or ti.map_index < 0 else f"/{ti.map_index}"
+    return f"airflow:{ti.dag_id}/{ti.run_id}/{ti.task_id}{suffix}"
+
+
+def _run_step(step: str, mode: Optional[str], **kwargs: Any) -> Any:
+    """``tasks.core.<step>(**kwargs)`` here (``local``), or as a Ray job this task defers
+    to (``ray_job``), returning the step's reference once the job ended."""
+    from tasks import _jobs, core
+
+    if _call(_jobs.execution_mode, mode) == _jobs.LOCAL:
+        return _call(getattr(core, step), **kwargs)
+    with _jobs.caller(address=ray_job_address(), on_log=logger.info,
+                      run_id=_orchestrator_run_id()):
+        job = _call(_jobs.plan, step, kwargs)
+        event = _RESUME.get()
+        if event:
+            return _call(job.outcome, event["submission_id"], event["status"])
+        submission_id = job.submit_or_attach()
+    from tasks.airflow_triggers import RayJobTrigger
+
+    logger.info("Deferring while Ray job %s runs (the triggerer follows it).", submission_id)
+    raise TaskDeferred(trigger=RayJobTrigger(job.address, submission_id, TRIGGER_POLL_S),
+                       method_name="execute_complete")
+
+
 # --- tasks ------------------------------------------------------------------------------
 @task(task_id="ingest", retries=RETRIES, multiple_outputs=False)
 def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
@@ -395,36 +483,39 @@ def split_task(dataset: Dict[str, Any], test_size: float = 0.2, seed: int = 0,
     return {k: v.to_dict() for k, v in out.items()}
 
 
-@task(task_id="train", retries=RETRIES, multiple_outputs=False)
+@_step_task(task_id="train", retries=RETRIES, multiple_outputs=False)
 def train_task(pipeline: str, datasets: Dict[str, Any],
                scaling: Optional[Dict[str, Any]] = None,
                run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """``tasks.core.train``, resuming ``run_name_for(DAG run, task)`` on a retry; returns
-    the ``CheckpointRef`` as a dict."""
-    from tasks import core
+    the ``CheckpointRef`` as a dict. Deferrable (``run["execution"] = "ray_job"``)."""
+    run = _run_settings(run)
+    return _run_step("train", run.get("execution"), pipeline=pipeline, datasets=datasets,
+                     scaling=scaling, run=run).to_dict()
 
-    return _call(core.train, pipeline, datasets, scaling, _run_settings(run)).to_dict()
 
-
-@task(task_id="tune", retries=RETRIES, multiple_outputs=False)
+@_step_task(task_id="tune", retries=RETRIES, multiple_outputs=False)
 def tune_task(pipeline: str, datasets: Dict[str, Any],
               param_space: Optional[Dict[str, Any]] = None,
               tune_config: Optional[Dict[str, Any]] = None,
               scaling: Optional[Dict[str, Any]] = None,
               run: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """``tasks.core.tune`` (a retry resumes the experiment); returns the ``TuneRef``."""
-    from tasks import core
+    """``tasks.core.tune`` (a retry resumes the experiment); returns the ``TuneRef``.
+    Deferrable (``run["execution"] = "ray_job"``)."""
+    run = _run_settings(run)
+    return _run_step("tune", run.get("execution"), pipeline=pipeline, datasets=datasets,
+                     param_space=param_space, tune_config=tune_config, scaling=scaling,
+                     run=run).to_dict()
 
-    return _call(core.tune, pipeline, datasets, param_space, tune_config, scaling=scaling,
-                 run=_run_settings(run)).to_dict()
 
-
-@task(task_id="evaluate", retries=RETRIES, multiple_outputs=False)
-def evaluate_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any]) -> Dict[str, Any]:
-    """``tasks.core.evaluate``; the metrics (JSON values)."""
-    from tasks import core
-
-    return _call(core.evaluate, checkpoint, dataset)
+@_step_task(task_id="evaluate", retries=RETRIES, multiple_outputs=False)
+def evaluate_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
+                  execution: Optional[str] = None,
+                  runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``tasks.core.evaluate``; the metrics (JSON values). Deferrable
+    (``execution="ray_job"``)."""
+    return _run_step("evaluate", execution, checkpoint=checkpoint, dataset=dataset,
+                     execution=execution, runtime_env=runtime_env)
 
 
 @task(task_id="promote", retries=RETRIES, multiple_outputs=False)
@@ -496,20 +587,22 @@ def _triggering_events() -> List[Dict[str, Any]]:
     return out
 
 
-@task(task_id="batch_predict", retries=RETRIES, multiple_outputs=False)
+@_step_task(task_id="batch_predict", retries=RETRIES, multiple_outputs=False)
 def batch_predict_task(checkpoint: Dict[str, Any], dataset: Dict[str, Any],
                        output: Optional[str] = None, num_workers: int = 1,
-                       keep_columns: Optional[List[str]] = None) -> Dict[str, Any]:
-    """``tasks.core.batch_predict``; returns the predictions' ``DatasetRef``."""
-    from tasks import core
-
-    return _call(core.batch_predict, checkpoint, dataset, full_uri(output),
-                 num_workers=num_workers,
-                 keep_columns=keep_columns).to_dict()
+                       keep_columns: Optional[List[str]] = None,
+                       execution: Optional[str] = None,
+                       runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``tasks.core.batch_predict``; returns the predictions' ``DatasetRef``. Deferrable
+    (``execution="ray_job"``)."""
+    return _run_step("batch_predict", execution, checkpoint=checkpoint, dataset=dataset,
+                     output=full_uri(output), num_workers=num_workers,
+                     keep_columns=keep_columns, execution=execution,
+                     runtime_env=runtime_env).to_dict()
 
 
 __all__ = ["ingest_task", "validate_task", "skip_if_unchanged_task", "split_task", "train_task", "tune_task", "evaluate_task",
            "promote_task", "resolve_model_task", "batch_predict_task", "model_asset",
            "WebhookNotifier", "DEFAULT_WEBHOOK_CONN_ID", "WEBHOOK_CONN_ENV_VAR",
            "dag_pipelines", "retrain_schedule", "failure_notifier", "rejection_notifier", "xcom_uri", "full_uri", "RETRIES", "DEFAULT_ALIAS",
-           "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR"]
+           "PIPELINES_ENV_VAR", "SCHEDULE_ENV_VAR", "RAY_CONN_ID_ENV_VAR", "ray_job_address"]

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 from engine.exceptions import ConfigError, TrainyardError
 from engine.storage import Storage, default_root, join, redact
-from tasks import _datasets, _predict, _registry, _store, _training
+from tasks import _datasets, _jobs, _predict, _registry, _store, _training
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
 logger = logging.getLogger("tasks")
@@ -180,15 +180,20 @@ def train(pipeline: str, datasets: Mapping[str, DatasetLike],
         pipeline: A registered pipeline name (``pipelines.list_pipelines()``).
         datasets: ``{"train": DatasetRef, "validation": DatasetRef}`` (split's output).
         scaling: ``{"num_workers": 2, "use_gpu": False, "resources_per_worker": ...}``.
-        run: ``{"name", "storage", "config", "max_failures", "num_to_keep", "verbose"}``
-            (see ``tasks._training.RunSettings``). The same ``name`` resumes that run
-            from its latest committed checkpoint; a finished run is returned as it is.
+        run: ``{"name", "storage", "config", "max_failures", "num_to_keep", "verbose",
+            "execution", "runtime_env"}`` (see ``tasks._training.RunSettings``). The same
+            ``name`` resumes that run from its latest committed checkpoint; a finished run
+            is returned as it is. ``execution="ray_job"`` runs the step as a Ray job.
 
     Raises:
         TrainingFailedError: training failed and the engine's retries are spent.
     """
     from pipelines import get_pipeline
 
+    job = _jobs.plan("train", dict(pipeline=pipeline, datasets=datasets, scaling=scaling,
+                                   run=run))
+    if job is not None:
+        return job.run()
     spec = get_pipeline(pipeline)
     settings = _training.RunSettings.parse(run)
     refs = _training.train_datasets(datasets)
@@ -233,6 +238,11 @@ def tune(pipeline: str, datasets: Mapping[str, DatasetLike],
     Raises:
         TaskError: every trial failed (the message has the first error).
     """
+    job = _jobs.plan("tune", dict(pipeline=pipeline, datasets=datasets,
+                                  param_space=param_space, tune_config=tune_config,
+                                  scaling=scaling, run=run))
+    if job is not None:
+        return job.run()
     from engine.tune import Tuner
     from pipelines import get_pipeline
 
@@ -261,7 +271,9 @@ def tune(pipeline: str, datasets: Mapping[str, DatasetLike],
 
 # --- prediction -------------------------------------------------------------------------
 def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
-             output_dir: Optional[str] = None, num_workers: int = 1) -> Dict[str, Any]:
+             output_dir: Optional[str] = None, num_workers: int = 1,
+             execution: Optional[str] = None,
+             runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Score a labelled data set with a checkpoint (``engine.predict.evaluate``).
 
     Args:
@@ -270,6 +282,8 @@ def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
         output_dir: Where ``confusion_matrix.png`` and ``metrics.json`` go; default
             ``<run>/evaluations/<checkpoint>-<data fingerprint>/``.
         num_workers: Scoring actors for large data sets.
+        execution, runtime_env: ``ray_job`` runs the step as a Ray job (as ``run`` of
+            :func:`train` says); default ``$TRAINYARD_EXECUTION`` or ``local``.
 
     Returns:
         The metrics (classification: ``accuracy``, ``precision``, ``recall``, ``f1``,
@@ -277,6 +291,11 @@ def evaluate(checkpoint: CheckpointLike, dataset: DatasetLike, *,
         regression: ``rmse``, ``mae``, ``r2``) plus ``checkpoint_uri``,
         ``dataset_fingerprint`` and ``metrics_uri``, all JSON values.
     """
+    job = _jobs.plan("evaluate", dict(checkpoint=checkpoint, dataset=dataset,
+                                      output_dir=output_dir, num_workers=num_workers,
+                                      execution=execution, runtime_env=runtime_env))
+    if job is not None:
+        return job.run()
     from engine.predict import evaluate as engine_evaluate
 
     ckpt, spec = _predict.load_checkpoint(checkpoint)
@@ -308,7 +327,8 @@ def batch_predict(checkpoint: CheckpointLike, dataset: DatasetLike,
                   output: Optional[str] = None, *, num_workers: int = 1,
                   batch_size: Optional[int] = None,
                   keep_columns: Optional[List[str]] = None,
-                  in_process: Optional[bool] = None) -> DatasetRef:
+                  in_process: Optional[bool] = None, execution: Optional[str] = None,
+                  runtime_env: Optional[Dict[str, Any]] = None) -> DatasetRef:
     """Score a data set and write the predictions as Parquet.
 
     Args:
@@ -324,11 +344,19 @@ def batch_predict(checkpoint: CheckpointLike, dataset: DatasetLike,
             actors reading the files (False, ``engine.predict.BatchPredictor``). Default:
             in this process up to ``IN_PROCESS_MAX_CELLS`` cells, where starting the
             pool would cost more than scoring. Both write the same columns and types.
+        execution, runtime_env: ``ray_job`` runs the step as a Ray job (as ``run`` of
+            :func:`train` says); default ``$TRAINYARD_EXECUTION`` or ``local``.
 
     Returns:
         A :class:`DatasetRef` of the predictions: the kept columns, ``predictions`` and,
         for classifiers, ``predicted_label``; rows in input order.
     """
+    job = _jobs.plan("batch_predict", dict(
+        checkpoint=checkpoint, dataset=dataset, output=output, num_workers=num_workers,
+        batch_size=batch_size, keep_columns=keep_columns, in_process=in_process,
+        execution=execution, runtime_env=runtime_env))
+    if job is not None:
+        return job.run()
     from engine import constants
     from engine.predict import BatchPredictor
 

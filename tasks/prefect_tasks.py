@@ -11,9 +11,14 @@
 
 Each task returns a reference (``tasks.refs``) persisted with Prefect's JSON serializer,
 so results stay small and readable and survive a restart of the flow run. ``train`` and
-``tune`` name their engine run ``run_name_for(<flow run id>, <task name>)`` unless
-``run["name"]`` is given: a retried task (or a retried flow run) resumes that run from
-its latest committed checkpoint. Errors a retry cannot fix (bad configuration, unknown
+``tune`` name their engine run ``run_name_for(<flow run id>, <task call>)`` unless
+``run["name"]`` is given, where the task call is the task's name and a digest of its
+inputs (``train-1a2b3c4d``, see :func:`call_name`): two calls with different configs in
+one flow run train two runs, and a retried task (or a retried flow run) resumes that
+call's run from its latest committed checkpoint. With ``execution="ray_job"`` (``run["execution"]``,
+the ``execution`` argument, or ``$TRAINYARD_EXECUTION``) the step runs as a Ray job that a
+retry re-attaches to (``tasks._jobs``); its log streams into the task run's log, and a
+cancelled flow run stops it. Errors a retry cannot fix (bad configuration, unknown
 pipeline, malformed references) fail the task at once; other errors are retried.
 
 Only wrapping lives here; every step's logic is in ``tasks.core``.
@@ -21,6 +26,8 @@ Only wrapping lives here; every step's logic is in ``tasks.core``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -32,7 +39,7 @@ from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
 
 from engine.exceptions import ConfigError
 from pipelines import UnknownPipelineError
-from tasks import core
+from tasks import _jobs, core
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
 from tasks.validate import ValidationReport, markdown, validate
 
@@ -69,16 +76,39 @@ def _link(uri: str) -> str:
     return uri if "://" in uri else f"file://{uri}"
 
 
-def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str) -> Dict[str, Any]:
-    """``run`` with a name derived from the flow run and this task, unless it has one."""
+def call_name(task_name: str, pipeline: str, datasets: Mapping[str, Any],
+              scaling: Optional[Mapping[str, Any]], run: Optional[Mapping[str, Any]],
+              *extra: Any) -> str:
+    """This task call's identity within its flow run: the task's name and a digest of
+    what the call computes (pipeline, data fingerprints, scaling, hyperparameters, and
+    ``extra`` such as a search space).
+
+    Two calls with different configs in one flow run (a loop, ``.map``) get two names,
+    hence two engine runs; a retry of a call, in process or by a retried flow run, has
+    the same inputs, hence finds its own run again and resumes it. (Prefect 3 draws the
+    dynamic key of a task called in a flow at random, so it identifies a task run and
+    its in-process retries but not the same call in a retried flow run.) Calls with
+    equal inputs share a run, as Prefect's own input cache would share their result.
+    """
+    data = {k: DatasetRef.from_dict(v).fingerprint for k, v in dict(datasets).items()}
+    payload = json.dumps([pipeline, data, scaling, dict(run or {}).get("config"),
+                          list(extra)], sort_keys=True, default=str)
+    return f"{task_name}-{hashlib.sha256(payload.encode()).hexdigest()[:8]}"
+
+
+def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str, datasets: Any,
+                  scaling: Any, *extra: Any) -> Dict[str, Any]:
+    """``run`` with a name derived from the flow run and this task call (see
+    :func:`call_name`), unless it has one."""
     from prefect.runtime import flow_run, task_run
 
     out = dict(run or {})
     if not out.get("name"):
         run_id = flow_run.id
         if run_id:
-            out["name"] = core.run_name_for(run_id, task_run.task_name or "train",
-                                            prefix=pipeline)
+            call = call_name(task_run.task_name or "train", pipeline, datasets, scaling,
+                             run, *extra)
+            out["name"] = core.run_name_for(run_id, call, prefix=pipeline)
     return out
 
 
@@ -102,6 +132,18 @@ def _scheduled_time() -> Any:
     from prefect.runtime import flow_run
 
     return flow_run.scheduled_start_time if flow_run.id else None
+
+
+def _job_caller() -> Any:
+    """In ``ray_job`` mode: the job's log goes to this task run's log, and the flow run
+    is named as the run lease's owner. (A cancelled flow run interrupts the wait with
+    Prefect's TerminationSignal, which stops the job.)"""
+    from prefect import get_run_logger
+    from prefect.runtime import flow_run
+
+    log = get_run_logger()
+    return _jobs.caller(on_log=log.info,
+                        run_id=f"prefect:{flow_run.id}" if flow_run.id else None)
 
 
 def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:
@@ -176,7 +218,9 @@ def train_task(pipeline: str, datasets: Dict[str, DatasetRef],
                run: Optional[Dict[str, Any]] = None) -> CheckpointRef:
     """``tasks.core.train``, resuming ``run_name_for(flow run, task)`` on a retry;
     artifacts: the metrics table and a link to the checkpoint."""
-    ref = core.train(pipeline, datasets, scaling, _run_settings(run, pipeline))
+    with _job_caller():
+        ref = core.train(pipeline, datasets, scaling,
+                         _run_settings(run, pipeline, datasets, scaling))
     _checkpoint_artifacts(ref, "train")
     return ref
 
@@ -188,8 +232,10 @@ def tune_task(pipeline: str, datasets: Dict[str, DatasetRef],
               scaling: Optional[Dict[str, Any]] = None,
               run: Optional[Dict[str, Any]] = None) -> TuneRef:
     """``tasks.core.tune``; artifacts: the trials table, the best checkpoint."""
-    ref = core.tune(pipeline, datasets, param_space, tune_config, scaling=scaling,
-                    run=_run_settings(run, pipeline))
+    with _job_caller():
+        ref = core.tune(pipeline, datasets, param_space, tune_config, scaling=scaling,
+                        run=_run_settings(run, pipeline, datasets, scaling, param_space,
+                                          tune_config))
     create_table_artifact(
         key=_key(pipeline, "tune-trials"), table=ref.trials,
         description=f"Trials of `{ref.experiment_uri}` ({ref.metric}, {ref.mode}); "
@@ -208,9 +254,13 @@ def _checkpoint_artifacts(ref: CheckpointRef, step: str) -> None:
 
 
 @task(name="evaluate", **_TASK_OPTIONS)
-def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef) -> Dict[str, Any]:
+def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef,
+                  execution: Optional[str] = None,
+                  runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """``tasks.core.evaluate``; artifacts: the metrics table, the confusion matrix."""
-    metrics = core.evaluate(checkpoint, dataset)
+    with _job_caller():
+        metrics = core.evaluate(checkpoint, dataset, execution=execution,
+                                runtime_env=runtime_env)
     pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
     create_table_artifact(key=_key(pipeline, "evaluation"), table=_metrics_table(metrics),
                           description=f"Evaluation on `{DatasetRef.from_dict(dataset).uri}`")
@@ -414,10 +464,14 @@ def task_options(retries: int, retry_delay_s: float, storage: str) -> Dict[str, 
 @task(name="batch_predict", **_TASK_OPTIONS)
 def batch_predict_task(checkpoint: CheckpointRef, dataset: DatasetRef,
                        output: Optional[str] = None, num_workers: int = 1,
-                       keep_columns: Optional[List[str]] = None) -> DatasetRef:
+                       keep_columns: Optional[List[str]] = None,
+                       execution: Optional[str] = None,
+                       runtime_env: Optional[Dict[str, Any]] = None) -> DatasetRef:
     """``tasks.core.batch_predict``; artifacts: a table and a link to the output."""
-    ref = core.batch_predict(checkpoint, dataset, output, num_workers=num_workers,
-                             keep_columns=keep_columns)
+    with _job_caller():
+        ref = core.batch_predict(checkpoint, dataset, output, num_workers=num_workers,
+                                 keep_columns=keep_columns, execution=execution,
+                                 runtime_env=runtime_env)
     pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
     create_table_artifact(key=_key(pipeline, "predictions"),
                           table=[{"rows": ref.num_rows, "columns": ", ".join(ref.schema),

@@ -26,6 +26,7 @@ from engine._internal.data_plan import MATERIALIZE
 from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
 from engine._internal.report_handler import ReportHandler, Round, UserCallbacks
 from engine._internal.rounds import RoundTracker
+from engine._internal.run_lease import RunLease
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
 from engine._internal.output_capture import OutputFiles
@@ -75,6 +76,7 @@ class Controller:
         # Defaults (result.json, progress.csv) first, then RunConfig(callbacks=...).
         self.callbacks = CallbackRunner.with_defaults(self.run_config.callbacks)
         self.state = RunState.INITIALIZING
+        self._lease: Optional[RunLease] = None  # one owner per run: taken in _initialize
         self.name = self.run_config.name or _fresh_name(spec.trainer_name)
         root = _storage.Storage.from_path(default_root(self.run_config.storage_path,
                                                        self.run_config.storage_filesystem),
@@ -111,6 +113,13 @@ class Controller:
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> Result:
+        try:  # the lease taken in _initialize is released however the run ends
+            return self._run()
+        finally:
+            if self._lease is not None:
+                self._lease.release()
+
+    def _run(self) -> Result:
         try:
             while not self.state.terminal:
                 self.state = self._step()
@@ -137,6 +146,9 @@ class Controller:
     # --- states ----------------------------------------------------------------
     def _initialize(self) -> RunState:
         self.storage.check_writable()
+        # One owner per run: RunInProgressError, writing nothing, while another driver's
+        # lease is live; taken before the record is read or written.
+        self._lease = RunLease(self.storage, self.name).acquire()
         self.record.load()
         if self.record.state == RunState.FINISHED.value:
             logger.info("Run %s already finished; returning its result.", self.name)
@@ -150,6 +162,7 @@ class Controller:
             self.spec.adopt_checkpoint = None
         self.failures = int(self.record.data.get("failures", 0))
         self.record.begin(self.spec)
+        self.record.data["owner"] = self._lease.owner  # who runs it now
         self.record.save(self.manager)
         trial = Trial(trial_id=self.record.trial_id, trial_name=self.name,
                       config=self.spec.train_loop_config or {}, path=self.storage.display(),

@@ -7,8 +7,11 @@ import glob
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from typing import Optional
 
 import pytest
 
@@ -33,9 +36,10 @@ class KillTrainWorkerOnce(threading.Thread):
     ``result.json`` shows ``at_iteration`` reports (an outside fault, like the OOM
     killer: nothing in the code under test knows about it)."""
 
-    def __init__(self, runs_dir: str, at_iteration: int = 2) -> None:
+    def __init__(self, runs_dir: str, at_iteration: int = 2,
+                 only_lr: Optional[float] = None) -> None:
         super().__init__(daemon=True)
-        self.runs_dir, self.at_iteration = runs_dir, at_iteration
+        self.runs_dir, self.at_iteration, self.only_lr = runs_dir, at_iteration, only_lr
         self.killed_pid = None
         self.done = threading.Event()
 
@@ -49,6 +53,9 @@ class KillTrainWorkerOnce(threading.Thread):
                         rows.append(json.loads(line))
                     except json.JSONDecodeError:
                         break  # a line being written
+                if self.only_lr is not None and rows \
+                        and rows[-1]["config"].get("lr") != self.only_lr:
+                    continue  # another run of the flow
                 if rows and rows[-1]["training_iteration"] >= self.at_iteration:
                     self.killed_pid = rows[-1]["pid"]
                     os.kill(self.killed_pid, signal.SIGKILL)
@@ -175,6 +182,62 @@ def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
     stored = [open(p).read() for p in glob.glob(os.path.join(storage, RESULTS_DIR, "*"))]
     assert any("tasks.refs.CheckpointRef" in text and trained.uri in text
                for text in stored)
+
+
+def test_two_train_calls_in_one_flow_run_train_two_runs(ray_session, prefect_api,
+                                                         tmp_path):
+    """Two ``train_task`` calls with different ``lr`` in one flow run: two engine runs,
+    two checkpoints, different weights; the second call's worker is SIGKILLed once and
+    its retry resumes that call's run, not the first call's."""
+    from prefect import flow
+
+    from tasks.prefect_tasks import ingest_task, split_task, train_task
+
+    storage = str(tmp_path / "storage")
+    epochs = 3
+    killer = KillTrainWorkerOnce(os.path.join(storage, "runs"), at_iteration=1,
+                                 only_lr=2e-2)
+
+    @flow(name="two-learning-rates")
+    def two_learning_rates():
+        data = ingest_task("sklearn:digits", storage=storage)
+        splits = split_task(data, 0.2, 0, "target")
+        train = train_task.with_options(retries=1, retry_delay_seconds=1)
+        return [train("digits", splits, {"num_workers": 1},
+                      {"storage": storage, "config": {"lr": lr, "epochs": epochs,
+                                                      "epoch_delay_s": 0.5}})
+                for lr in (1e-3, 2e-2)]
+
+    killer.start()
+    try:
+        state = two_learning_rates(return_state=True)
+    finally:
+        killer.done.set()
+    assert state.is_completed(), state
+    first, second = state.result()
+    assert killer.killed_pid is not None, "the second call's run never reached epoch 1"
+    assert first.run_name != second.run_name and first.uri != second.uri
+    assert first.run_name.startswith("digits-train-") and second.run_name.startswith(
+        "digits-train-")
+    assert (first.config["lr"], second.config["lr"]) == (1e-3, 2e-2)
+    assert first.metrics["weights_checksum"] != second.metrics["weights_checksum"]
+    records = [json.load(open(os.path.join(ref.run_uri, "run_state.json")))
+               for ref in (first, second)]
+    assert [r["state"] for r in records] == ["FINISHED", "FINISHED"]
+    assert records[0].get("restores", 0) == 0 and records[1]["restores"] == 1
+    assert [row["epoch"] for row in records[1]["history"]] == list(range(epochs))
+    train_runs = [r for r in _all_task_runs(state.state_details.flow_run_id)
+                  if r.name.startswith("train")]
+    assert sorted(r.run_count for r in train_runs) == [1, 2]
+
+
+def _all_task_runs(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
 
 
 def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefect_api,
@@ -323,8 +386,6 @@ def test_task_results_on_an_s3_root_are_read_back_by_another_process(
     """With an ``s3://`` storage root the tasks' results go to ``<root>/prefect-results``
     through a saved block without the credentials; a fresh interpreter, whose own
     default result store is elsewhere, reads a task's result back through the API."""
-    import subprocess
-    import sys
     from urllib.parse import urlsplit
 
     from prefect import flow

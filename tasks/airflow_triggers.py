@@ -1,0 +1,85 @@
+"""The Airflow trigger that waits for a pipeline step's Ray job (``execution="ray_job"``).
+
+A train, tune, evaluate or batch-predict task in ``ray_job`` mode submits its job (or
+finds it again, after a retry) and defers to :class:`RayJobTrigger`: the task gives its
+worker slot back while the triggerer polls the job's status and tails its log into the
+task's log. When the job ends, the trigger fires once with ``{"submission_id", "status"}``
+and the task resumes to read the step's reference back from storage.
+
+Stopping the job is tied to a user's action only (``on_kill``: marking the deferred task
+failed or success, clearing it): a triggerer restart or redistribution cancels the
+trigger without stopping the job, and the trigger re-attaches to it where it runs next.
+The triggerer must be running (``airflow triggerer``) for deferred tasks to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Dict, Tuple
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class RayJobTrigger(BaseTrigger):
+    """Fires when the Ray job ``submission_id`` at ``address`` reaches a terminal state.
+
+    Args:
+        address: The job server (``http://<head>:8265``).
+        submission_id: The job.
+        poll_s: Longest seconds between status polls (they start at 0.1 s).
+    """
+
+    def __init__(self, address: str, submission_id: str, poll_s: float = 2.0) -> None:
+        super().__init__()
+        self.address = address
+        self.submission_id = submission_id
+        self.poll_s = float(poll_s)
+
+    def serialize(self) -> Tuple[str, Dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__name__}",
+                {"address": self.address, "submission_id": self.submission_id,
+                 "poll_s": self.poll_s})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from tasks import _jobs
+
+        client = await asyncio.to_thread(_jobs.connect, self.address)
+        self.log.info("Waiting for Ray job %s at %s.", self.submission_id, self.address)
+        tail = asyncio.ensure_future(self._tail(client))
+        try:
+            # From 0.1 s up to poll_s: a short job's end is seen at once.
+            for interval in _jobs.poll_intervals(self.poll_s):
+                status = str(await asyncio.to_thread(client.get_job_status,
+                                                     self.submission_id))
+                if status in _TERMINAL:
+                    break
+                await asyncio.sleep(interval)
+            try:  # the log socket closes at the job's end: let it drain
+                await asyncio.wait_for(asyncio.shield(tail), timeout=5)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                pass
+        finally:
+            tail.cancel()
+        self.log.info("Ray job %s ended %s.", self.submission_id, status)
+        yield TriggerEvent({"submission_id": self.submission_id, "status": status})
+
+    async def _tail(self, client: Any) -> None:
+        from tasks import _jobs
+
+        tail = _jobs.LogTail(client, self.submission_id, self.log.info)
+        try:
+            async for chunk in client.tail_job_logs(self.submission_id):
+                tail.feed(chunk)
+        except Exception as exc:  # noqa: BLE001 - logs are a convenience
+            self.log.debug("Log tail of %s ended: %s", self.submission_id, exc)
+        tail.flush()
+
+    async def on_kill(self) -> None:
+        """A user killed the deferred task: stop its job."""
+        from tasks import _jobs
+
+        client = await asyncio.to_thread(_jobs.connect, self.address)
+        await asyncio.to_thread(client.stop_job, self.submission_id)
+        self.log.warning("Stopped Ray job %s (the task was killed).", self.submission_id)

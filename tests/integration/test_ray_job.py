@@ -1,0 +1,397 @@
+"""Execution mode ``ray_job`` against a real Ray cluster (``ray start --head`` with its
+dashboard and job server, its own process group), storage on a local shared path.
+
+The orchestrator's task process is a subprocess (tests/ray_job_orchestrator.py), so it
+can be SIGKILLed and checked for what it imported: it never starts Ray nor imports torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from tests.conftest import REPO
+from tests.ray_job_cluster import RayHead
+
+ORCHESTRATOR = os.path.join(REPO, "tests", "ray_job_orchestrator.py")
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def head():
+    """The cluster, with this venv's python first on its PATH (as an image that has
+    trainyard installed would have)."""
+    cluster = RayHead(num_cpus=4, env={
+        "PATH": os.pathsep.join([VENV_BIN, os.environ.get("PATH", "")]),
+        "TRAINYARD_RAY_NUM_CPUS": "4"})
+    try:
+        yield cluster.wait_ready()
+    finally:
+        cluster.stop()
+
+
+def _env(head, storage: str, mode: str = "ray_job", **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RAY_ADDRESS", "TRAINYARD_"))}
+    env.update(PYTHONPATH=REPO, TRAINYARD_EXECUTION=mode, TRAINYARD_STORAGE_PATH=storage,
+               TRAINYARD_RAY_JOB_ADDRESS=head.address, TRAINYARD_RAY_JOB_POLL_S="0.5",
+               RAY_AUTH_MODE="disabled", TRAINYARD_RUN_LEASE_S="10")
+    if mode == "local":  # this process is the Ray driver, on the same cluster
+        env["RAY_ADDRESS"] = head.gcs_address
+    env.update(extra)
+    return env
+
+
+def _orchestrate(tmp_path, head, storage, run_name, epochs, *steps, mode="ray_job",
+                 name="out", **extra) -> subprocess.Popen:
+    out = str(tmp_path / f"{name}.json")
+    log = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen([sys.executable, ORCHESTRATOR, out, storage, run_name,
+                             str(epochs), *steps], env=_env(head, storage, mode, **extra),
+                            stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp_path))
+
+
+def _finish(proc, tmp_path, name="out", timeout=600) -> dict:
+    proc.wait(timeout=timeout)
+    log = (tmp_path / f"{name}.log").read_text()
+    assert proc.returncode == 0, log[-6000:]
+    with open(tmp_path / f"{name}.json") as f:
+        return json.load(f), log
+
+
+def _jobs_of(head, run_name):
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(head.address)
+    return sorted((j for j in client.list_jobs() if run_name in (j.submission_id or "")),
+                  key=lambda j: j.submission_id)
+
+
+def _record(storage, run_name) -> dict:
+    with open(os.path.join(storage, "runs", run_name, "run_state.json")) as f:
+        return json.load(f)
+
+
+def _wait_for_checkpoints(storage, run_name, n, proc, timeout=300) -> None:
+    deadline = time.monotonic() + timeout
+    pattern = os.path.join(storage, "runs", run_name, "checkpoint_*", ".trainyard_committed")
+    while len(glob.glob(pattern)) < n:
+        assert proc.poll() is None, "the orchestrator exited early"
+        assert time.monotonic() < deadline, f"no {n} committed checkpoints in {timeout} s"
+        time.sleep(0.3)
+
+
+def test_train_as_a_ray_job_returns_the_same_checkpoint_as_local(head, tmp_path):
+    storage = str(tmp_path / "storage")
+    job = _orchestrate(tmp_path, head, storage, "rj-digits", 2, "evaluate",
+                       "batch_predict", name="job")
+    ref, log = _finish(job, tmp_path, "job")
+    assert ref["checkpoint_type"] == "CheckpointRef" and ref["predictions_type"] == "DatasetRef"
+    # The orchestrator only submitted and polled.
+    assert ref["torch_imported"] is False and ref["ray_initialized"] is False
+    ckpt = ref["checkpoint"]
+    assert ckpt["run_name"] == "rj-digits" and os.path.isdir(ckpt["uri"])
+    assert ckpt["uri"].startswith(os.path.join(storage, "runs", "rj-digits"))
+    assert ref["metrics"]["checkpoint_uri"] == ckpt["uri"]
+    assert ref["predictions"]["num_rows"] == ref["metrics"]["num_rows"]
+    # The job's log streamed into the task's log, prefixed with the job.
+    assert "[ray job trainyard-train-rj-digits-a1]" in log
+    assert "rj-digits" in log and "finished after" in log
+    jobs = _jobs_of(head, "rj-digits")
+    assert [(j.submission_id, str(j.status)) for j in jobs] == [
+        ("trainyard-train-rj-digits-a1", "SUCCEEDED")]
+    for job_info in jobs:  # nothing secret or large in what Ray shows
+        assert job_info.entrypoint == "python -m tasks._job_entry trainyard-train-rj-digits"
+
+    local = _orchestrate(tmp_path, head, storage, "local-digits", 2, "evaluate",
+                         mode="local", name="local")
+    same, _ = _finish(local, tmp_path, "local")
+    assert same["ray_initialized"] is True  # local mode: this process is the driver
+    assert same["checkpoint"]["metrics"]["weights_checksum"] == \
+        ckpt["metrics"]["weights_checksum"]
+    assert same["metrics"]["accuracy"] == ref["metrics"]["accuracy"]
+
+
+def test_a_killed_task_re_attaches_to_its_running_job(head, tmp_path):
+    storage = str(tmp_path / "storage")
+    first = _orchestrate(tmp_path, head, storage, "rj-kill", 5, name="first",
+                         EPOCH_DELAY="1.0")
+    _wait_for_checkpoints(storage, "rj-kill", 1, first)
+    first.send_signal(signal.SIGKILL)  # the Airflow/Prefect worker dies
+    first.wait()
+    assert [str(j.status) for j in _jobs_of(head, "rj-kill")] == ["RUNNING"]
+    retry = _orchestrate(tmp_path, head, storage, "rj-kill", 5, name="retry",
+                         EPOCH_DELAY="1.0")
+    ref, log = _finish(retry, tmp_path, "retry")
+    jobs = _jobs_of(head, "rj-kill")
+    assert [(j.submission_id, str(j.status)) for j in jobs] == [
+        ("trainyard-train-rj-kill-a1", "SUCCEEDED")]
+    assert "Re-attaching to Ray job trainyard-train-rj-kill-a1" in log
+    record = _record(storage, "rj-kill")
+    assert record["state"] == "FINISHED" and record.get("restores", 0) == 0
+    assert ref["checkpoint"]["metrics"]["epoch"] == 4
+
+
+def test_a_stopped_job_is_resubmitted_and_resumes(head, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    storage = str(tmp_path / "storage")
+    first = _orchestrate(tmp_path, head, storage, "rj-stop", 5, name="first",
+                         EPOCH_DELAY="1.0")
+    _wait_for_checkpoints(storage, "rj-stop", 2, first)
+    JobSubmissionClient(head.address).stop_job("trainyard-train-rj-stop-a1")
+    first.wait(timeout=120)
+    log = (tmp_path / "first.log").read_text()
+    assert first.returncode != 0 and "JobFailedError" in log and "was stopped" in log
+    retry = _orchestrate(tmp_path, head, storage, "rj-stop", 5, name="retry",
+                         EPOCH_DELAY="0")
+    ref, log = _finish(retry, tmp_path, "retry")
+    jobs = _jobs_of(head, "rj-stop")
+    assert [(j.submission_id, str(j.status)) for j in jobs] == [
+        ("trainyard-train-rj-stop-a1", "STOPPED"), ("trainyard-train-rj-stop-a2", "SUCCEEDED")]
+    record = _record(storage, "rj-stop")
+    assert record["state"] == "FINISHED" and record["restores"] == 1
+    assert [row["epoch"] for row in record["history"]] == list(range(5))  # no epoch twice
+    assert record["history"][-1]["iterations_since_restore"] < 5
+    assert ref["checkpoint"]["metrics"]["epoch"] == 4
+
+
+# --- bad input: clear errors before anything is written --------------------------------
+class _NotRay(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def not_a_job_server():
+    server = HTTPServer(("127.0.0.1", 0), _NotRay)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _refs(storage):
+    from tasks.refs import DatasetRef
+
+    ref = DatasetRef(uri=os.path.join(storage, "datasets", "d"), format="parquet",
+                     num_rows=10, schema={"x": "double", "target": "int64"},
+                     fingerprint="f" * 64)
+    return {"train": ref, "validation": ref}
+
+
+@pytest.mark.parametrize("case", ["unreachable", "not_ray", "memory", "no_address"])
+def test_bad_job_settings_fail_before_anything_is_written(case, tmp_path, monkeypatch,
+                                                          not_a_job_server):
+    from engine.exceptions import ConfigError
+    from tasks import core
+
+    storage = str(tmp_path / "storage")
+    address = {"unreachable": "http://127.0.0.1:9", "not_ray": not_a_job_server,
+               "memory": not_a_job_server, "no_address": ""}[case]
+    monkeypatch.setenv("TRAINYARD_RAY_JOB_ADDRESS", address)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    run = {"execution": "ray_job", "name": "bad",
+           "storage": "memory://ty-test" if case == "memory" else storage}
+    with pytest.raises(ConfigError) as info:
+        core.train("digits", _refs(storage), {"num_workers": 1}, run)
+    fix = {"unreachable": "TRAINYARD_RAY_JOB_ADDRESS", "not_ray": "ray start --head",
+           "memory": "s3://", "no_address": "TRAINYARD_RAY_JOB_ADDRESS"}[case]
+    assert fix in str(info.value)
+    assert not os.path.exists(storage) and not os.path.exists(
+        "/dev/shm/trainyard-memory/ty-test")
+
+
+@pytest.mark.slow  # Ray builds a virtualenv for the pip runtime_env first
+def test_a_runtime_env_that_cannot_install_is_a_config_error(head, tmp_path, monkeypatch):
+    from engine.exceptions import ConfigError
+    from tasks import core
+
+    storage = str(tmp_path / "storage")
+    for key, value in _env(head, storage).items():
+        if key.startswith("TRAINYARD_"):
+            monkeypatch.setenv(key, value)
+    run = {"name": "rj-badenv", "storage": storage,
+           "runtime_env": {"pip": ["--no-index", "no-such-package-trainyard==9.9"]}}
+    with pytest.raises(ConfigError, match=r"runtime_env"):
+        core.train("digits", _refs(storage), {"num_workers": 1}, run)
+    assert not os.path.exists(os.path.join(storage, "runs"))
+
+
+# --- the Prefect deployment in ray_job mode ---------------------------------------------
+AUDIT_HOOK = '''
+import atexit, json, os, sys
+_state = {"torch": False}
+def _hook(event, args):
+    if event == "import" and args and str(args[0]).split(".")[0] == "torch":
+        _state["torch"] = True
+sys.addaudithook(_hook)
+def _dump():
+    if os.environ.get("PREFECT__FLOW_RUN_ID"):
+        path = os.path.join(os.environ["TY_AUDIT_DIR"], f"{os.getpid()}.json")
+        with open(path, "w") as f:
+            json.dump({"pid": os.getpid(), "argv": sys.argv, **_state}, f)
+atexit.register(_dump)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
+    """prefect server, prefect deploy, a process worker, run_deployment of
+    retrain-digits-ray-job: the flow run's process submits Ray jobs and never imports
+    torch nor connects to Ray as a driver; the promoted checkpoint scores as it does
+    when evaluated in local mode."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.integration.test_prefect_flows import _free_port, _prefect, _stop, _wait_healthy
+
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    storage, audit, hooks = tmp_path / "storage", tmp_path / "audit", tmp_path / "hooks"
+    audit.mkdir()
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(AUDIT_HOOK)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_", "TRAINYARD_", "RAY_ADDRESS"))}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect_home"), PREFECT_API_URL=api,
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
+               RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled",
+               TRAINYARD_STORAGE_PATH=str(storage), TY_AUDIT_DIR=str(audit),
+               PYTHONPATH=os.pathsep.join([str(hooks), REPO]))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+         "--port", str(port)], env=env, cwd=tmp_path,
+        stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        _wait_healthy(f"{api}/health", server, 180)
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            with get_client(sync_client=True) as client:
+                client.create_work_pool(WorkPoolCreate(name="trainyard-process",
+                                                       type="process"))
+            _prefect("--no-prompt", "deploy", "--all", "--prefect-file",
+                     "deploy/prefect.yaml", env=env, timeout=240)
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "worker", "start", "--pool",
+                 "trainyard-process"], env=env, cwd=tmp_path,
+                stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+            flow_run = run_deployment(
+                "retrain/retrain-digits-ray-job", timeout=780,
+                parameters={"tune_epochs": 1, "train_epochs": 2, "num_workers": 1,
+                            "param_space": {"lr": {"grid_search": [0.005]}},
+                            "gate": {"accuracy": ">=0.3"}})
+        worker_log = (logs / "worker.log").read_text()
+        assert flow_run.state is not None and flow_run.state.is_completed(), \
+            f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
+    finally:
+        for proc in (worker, server):
+            if proc is not None:
+                _stop(proc)
+    # The steps ran as Ray jobs; the flow run's process only waited.
+    jobs = JobSubmissionClient(head.address).list_jobs()
+    ours = [j for j in jobs if (j.metadata or {}).get("trainyard_orchestrator_run")
+            == f"prefect:{flow_run.id}"]
+    assert {j.metadata["trainyard_step"] for j in ours} == {
+        "tune", "train", "evaluate", "batch_predict"}, [j.submission_id for j in ours]
+    assert all(str(j.status) == "SUCCEEDED" for j in ours)
+    records = [json.loads(p.read_text()) for p in audit.glob("*.json")]
+    assert records, "the flow run's process left no audit record"
+    flow_pids = {r["pid"] for r in records}
+    assert all(r["torch"] is False for r in records), records
+    direct_drivers = {j.driver_info.pid for j in jobs if str(j.type) == "DRIVER"
+                      and j.driver_info is not None}
+    assert not flow_pids & {int(p) for p in direct_drivers}, "the flow run called ray.init()"
+    # Promoted, and it scores the same in local mode.
+    pointer = json.loads((storage / "models" / "digits" / "production.json").read_text())
+    assert pointer["decision"] == "promoted"
+    from tasks import core
+
+    ckpt = pointer["checkpoint"]
+    evaluated = glob.glob(os.path.join(ckpt["run_uri"], "evaluations", "*", "metrics.json"))
+    assert len(evaluated) == 1, evaluated
+    in_job = json.load(open(evaluated[0]))
+    splits = core.split(core.ingest("sklearn:digits", storage=str(storage)), 0.2, 0, "target")
+    assert splits["validation"].fingerprint == in_job["dataset_fingerprint"]
+    here = core.evaluate(ckpt, splits["validation"], output_dir=str(tmp_path / "eval"),
+                         execution="local")
+    assert here["accuracy"] == in_job["accuracy"] and here["log_loss"] == in_job["log_loss"]
+
+
+def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_path):
+    """Storage on the S3-compatible server: the job reaches it with the credentials the
+    orchestrator forwards as job env vars; they show nowhere Ray lists jobs, nor in the
+    task's log."""
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.conftest import FAKE_AWS_SECRET
+
+    job = _orchestrate(tmp_path, head, s3_storage_path, "rj-s3", 2, "evaluate", name="s3")
+    ref, log = _finish(job, tmp_path, "s3")
+    ckpt = ref["checkpoint"]
+    assert ckpt["uri"].startswith(f"s3://{s3_server.bucket}/") and "?" not in ckpt["uri"]
+    assert ref["torch_imported"] is False and ref["ray_initialized"] is False
+    assert ref["metrics"]["checkpoint_uri"] == ckpt["uri"]
+    prefix = s3_storage_path.split("?", 1)[0].split("/", 3)[3]
+    keys = s3_server.keys(prefix)
+    assert f"{prefix}/runs/rj-s3/run_state.json" in keys
+    assert any(k.startswith(f"{prefix}/jobs/trainyard-train-rj-s3/") for k in keys)
+    info = JobSubmissionClient(head.address).get_job_info("trainyard-train-rj-s3-a1")
+    assert FAKE_AWS_SECRET not in info.entrypoint + json.dumps(info.metadata or {})
+    assert FAKE_AWS_SECRET not in log
+    request = s3_server.client().get_object(
+        Bucket=s3_server.bucket, Key=f"{prefix}/jobs/trainyard-train-rj-s3/request.json")
+    assert s3_server.endpoint not in request["Body"].read().decode()
+
+
+OWN_PIPELINE = os.path.join(REPO, "examples", "own_pipeline")
+
+
+def test_a_plugin_pipeline_from_the_environment_is_shipped_to_its_jobs(head, tmp_path):
+    """examples/own_pipeline on this process's path only (TRAINYARD_PIPELINES): the
+    train and evaluate jobs get its package (with the CSV it ships) as py_modules and
+    the variable in their env_vars; the cluster itself does not have it."""
+    storage = str(tmp_path / "storage")
+    data = os.path.join(OWN_PIPELINE, "own_pipeline", "data", "churn.csv")
+    job = _orchestrate(
+        tmp_path, head, storage, "rj-churn", 1, "evaluate", name="churn",
+        PYTHONPATH=os.pathsep.join([REPO, OWN_PIPELINE]),
+        TRAINYARD_PIPELINES="churn_xgboost=own_pipeline.churn:XGBOOST",
+        TY_PIPELINE="churn_xgboost", TY_SOURCE=data, TY_LABEL="churned",
+        TY_CONFIG=json.dumps({"num_boost_round": 5, "seed": 0}))
+    ref, log = _finish(job, tmp_path, "churn")
+    assert ref["checkpoint"]["run_name"] == "rj-churn"
+    assert ref["checkpoint"]["pipeline"] == "churn_xgboost"
+    assert ref["metrics"]["accuracy"] >= 0.7  # the example's gate
+    package = os.path.realpath(os.path.join(OWN_PIPELINE, "own_pipeline"))
+    assert f"Shipping pipeline churn_xgboost to the Ray job: py_modules {package}" in log
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(head.address)
+    jobs = [j for j in client.list_jobs()
+            if "churn_xgboost" in json.dumps((j.runtime_env or {}).get("env_vars", {}))]
+    assert sorted(j.metadata["trainyard_step"] for j in jobs) == ["evaluate", "train"]
+    for info in jobs:
+        assert str(info.status) == "SUCCEEDED"
+        assert [m.startswith("gcs://") for m in info.runtime_env["py_modules"]] == [True]
+        assert info.runtime_env["env_vars"]["TRAINYARD_PIPELINES"] == \
+            "churn_xgboost=own_pipeline.churn:XGBOOST"
