@@ -79,10 +79,13 @@ class WorkerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from engine._internal import timeline
         from engine._internal.ray_utils import ensure_ray
         from engine._internal.worker import TrainWorker
 
+        timeline.mark("ray_start")
         ensure_ray()
+        timeline.mark("ray_started")
         self._check_resources()
         bundles = [self.scaling.worker_resources for _ in range(self.scaling.num_workers)]
         # Bundles after the workers' hold the actors a worker starts itself (RLlib's env
@@ -125,6 +128,7 @@ class WorkerGroup:
                 f"Training workers failed to start: {exc}"
             ) from exc
         self._assign_ranks(infos)
+        timeline.mark("workers_started")
 
     def _check_resources(self) -> None:
         import ray
