@@ -179,7 +179,8 @@ class Controller:
         if self.spec.datasets:
             from engine._internal.data import make_shards
 
-            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))
+            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group),
+                                 read_files_directly=self.spec.read_files_directly)
             timeline.mark("shards_planned")
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
         session_args = []

@@ -30,6 +30,10 @@ class RunSpec:
     # Saved into every committed checkpoint, so prediction needs nothing else.
     preprocessor: Any = None
     model_card: Dict[str, Any] = field(default_factory=dict)
+    # The training function reads its shards only through gbdt.data.read_shard (a tree
+    # trainer's built-in loop): local Parquet files may then be read by each worker
+    # itself instead of through Ray Data (data.make_shards).
+    read_files_directly: bool = False
 
 
 class TrialAction(enum.Enum):
