@@ -12,15 +12,19 @@ competes for the CPUs.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import time
 from typing import Any, Dict
 
 from bench._child import (Phases, child_env, child_main, fit_and_count, loop_summary,
                           process_report, read_json, run_child)
 from bench.core import Context, Metric, Target, Workload, register
+from bench.xgboost import breakdown, run_marks
 
 NPROC = 2
+RUN_NAME = "ddp"
 
 
 def _epochs(quick: bool) -> int:
@@ -39,6 +43,10 @@ def run_ours(ctx: Context) -> Dict[str, Any]:
         "epochs": _epochs(ctx.quick), "loop_out": str(loop_out),
         "storage": str(ctx.workdir / "runs")}, log_name="trainyard")
     loop = read_json(loop_out)
+    marks = info.pop("marks", None)
+    if marks:
+        info["breakdown_s"] = breakdown(marks, ctx.last_process_start_unix,
+                                        ctx.last_process_end_unix)
     return {"whole_wall_s": wall, "in_loop_s": loop["in_loop_s"], **_loop_extra(ctx, loop),
             **info}
 
@@ -70,6 +78,7 @@ def ours_process(epochs: int, loop_out: str, storage: str) -> Dict[str, Any]:
     from bench.ddp_loop import trainyard_train_func
 
     phases.mark("imports_s")
+    imported = time.time()
     try:  # fit() starts Ray itself; started here first only to time that step apart
         from engine.runtime import ensure_ray
     except ImportError:
@@ -77,14 +86,17 @@ def ours_process(epochs: int, loop_out: str, storage: str) -> Dict[str, Any]:
     if ensure_ray is not None:
         ensure_ray()
     phases.mark("ray_start_s", measured=ensure_ray is not None)
+    ray_started = time.time()
     trainer = TorchTrainer(trainyard_train_func,
                            train_loop_config={"epochs": epochs, "out": loop_out},
                            scaling_config=ScalingConfig(num_workers=NPROC),
-                           run_config=RunConfig(storage_path=storage))
+                           run_config=RunConfig(storage_path=storage, name=RUN_NAME))
     ray_objects = fit_and_count(trainer, phases, epochs)
+    marks = run_marks(os.path.join(storage, RUN_NAME), imported)
+    marks.append(("child", "ensure_ray", ray_started))
     # No ray.shutdown() here: a user's script leaves it to the interpreter's exit (the
     # engine's exit hook, then Ray's), which the whole wall includes.
-    return process_report(phases.seconds, ray_objects)
+    return dict(process_report(phases.seconds, ray_objects), marks=marks)
 
 
 register(Workload(

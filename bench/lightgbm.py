@@ -22,7 +22,7 @@ from typing import Any, Dict
 
 from bench._child import child_main, write_json
 from bench.core import Metric, Target, Workload, register
-from bench.xgboost import NUM_WORKERS, data_paths, run_side, side_roles, sizes
+from bench.xgboost import NUM_WORKERS, data_paths, run_marks, run_side, side_roles, sizes
 
 PARAMS = {"objective": "binary", "metric": "binary_logloss", "num_leaves": 63,
           "max_depth": 6, "learning_rate": 0.1, "verbose": -1}
@@ -73,13 +73,15 @@ def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> 
     from engine import RunConfig, ScalingConfig
     from engine.lightgbm import LightGBMTrainer
 
+    imported = time.time()
     result = LightGBMTrainer(
         datasets={"train": train, "validation": valid}, label_column="label",
         params=PARAMS, num_boost_round=rounds, callbacks=_stamps(stamp),
         scaling_config=ScalingConfig(num_workers=NUM_WORKERS),
         run_config=RunConfig(storage_path=storage, verbose=0)).fit()
     assert result.metrics["training_iteration"] == rounds, result.metrics
-    return {"validation_logloss": result.metrics["validation-binary_logloss"]}
+    return {"validation_logloss": result.metrics["validation-binary_logloss"],
+            "marks": run_marks(result.path, imported)}
 
 
 def side_single(train: str, valid: str, rounds: int, stamp: str, storage: str

@@ -168,6 +168,9 @@ def _print_progress(w: Workload, rep: int, reps: int, side: str, rec: Dict[str, 
           f"{_fmt(objs.get('actors_alive'))}/{_fmt(objs.get('placement_groups_alive'))}, "
           f"new {_fmt(left['actors'])}/{_fmt(left['placement_groups'])}; "
           f"load {rec['loadavg_before']}→{rec['loadavg_after']})", flush=True)
+    steps = rec.get("extra", {}).get("breakdown_s")
+    if steps:  # where a whole process's seconds went (the engine's timeline)
+        print("    " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), flush=True)
 
 
 def _aggregate(w: Workload, args: argparse.Namespace, reps: int,

@@ -25,7 +25,7 @@ import functools
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench._child import child_main, read_json, run_child, write_json
 from bench.core import Context, Metric, Target, Workload, register
@@ -106,13 +106,49 @@ def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> 
     from engine import RunConfig, ScalingConfig
     from engine.xgboost import XGBoostTrainer
 
+    imported = time.time()
     result = XGBoostTrainer(
         datasets={"train": train, "validation": valid}, label_column="label",
         params=PARAMS, num_boost_round=rounds, callbacks=[_stamp_callback(stamp)],
         scaling_config=ScalingConfig(num_workers=NUM_WORKERS),
         run_config=RunConfig(storage_path=storage, verbose=0)).fit()
     assert result.metrics["training_iteration"] == rounds, result.metrics
-    return {"validation_logloss": result.metrics["validation-logloss"]}
+    return {"validation_logloss": result.metrics["validation-logloss"],
+            "marks": run_marks(result.path, imported)}
+
+
+# --- where ours' whole process goes -------------------------------------------------------
+def run_marks(run_path: str, imported: float) -> List[Tuple[str, str, float]]:
+    """The child's own marks (imports done, ``fit()`` returned) and the engine's timeline
+    of the run (driver and rank 0, from the run record), as ``(who, step, unix time)``."""
+    import json
+
+    fit_returned = time.time()
+    with open(os.path.join(run_path, "run_state.json")) as f:
+        timeline = json.load(f).get("timeline") or {}
+    out = [("child", "imports", imported), ("child", "fit_returned", fit_returned)]
+    for who in ("driver", "rank0"):
+        out += [(who, name, t) for name, t in timeline.get(who) or []]
+    return out
+
+
+def breakdown(marks: List[Any], start: Optional[float], end: Optional[float]
+              ) -> Dict[str, float]:
+    """Seconds of each step of a process, in order: every mark (child, driver, rank 0;
+    all on this machine's clock) ends the step named after it, which began at the
+    previous mark (the first at the process's start); ``exit`` runs from the last
+    mark to the process's end."""
+    if not marks or start is None:
+        return {}
+    out: Dict[str, float] = {}
+    last = start
+    for who, name, t in sorted(marks, key=lambda m: m[2]):
+        key = name if who in ("child", "driver") else f"{who}:{name}"
+        out[key] = round(out.get(key, 0.0) + t - last, 3)
+        last = t
+    if end is not None:
+        out["exit"] = round(end - last, 3)
+    return out
 
 
 def side_single(train: str, valid: str, rounds: int, stamp: str, storage: str
@@ -187,6 +223,10 @@ def run_side(ctx: Context, side: str, module: str = "bench.xgboost") -> Dict[str
     wall, out = run_child(ctx, module, side, {
         "train": str(train), "valid": str(valid), "rounds": sizes(ctx.quick)["rounds"],
         "stamp": str(stamp), "storage": str(ctx.workdir / "runs")}, log_name=side)
+    marks = out.pop("marks", None)
+    if marks:
+        out["breakdown_s"] = breakdown(marks, ctx.last_process_start_unix,
+                                       ctx.last_process_end_unix)
     return {"whole_wall_s": wall, "in_training_s": _span(stamp), **out}
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from engine import constants
 from engine._internal import failure_diagnosis as diagnosis
 from engine._internal import storage as _storage
+from engine._internal import timeline
 from engine._internal.backend import Backend
 from engine._internal.callback_runner import CallbackRunner
 from engine._internal.checkpoint_committer import CheckpointCommitter
@@ -113,6 +114,8 @@ class Controller:
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> Result:
+        timeline.take()  # this run's marks only (a Tuner runs several in one driver)
+        timeline.mark("fit_start")
         try:  # the lease taken in _initialize is released however the run ends
             return self._run()
         finally:
@@ -179,7 +182,9 @@ class Controller:
             self._plan_data(self.group)
             self.group.start()
             self.group.check_storage(self.storage)
+            timeline.mark("storage_checked")
             self.backend.on_start(self.group, self.spec.backend_config)
+            timeline.mark("collective_set_up")
             self._start_training()
         except TrainyardError:
             self._teardown()
@@ -215,7 +220,9 @@ class Controller:
         elif self.spec.datasets:
             from engine._internal.data import make_shards
 
-            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group))
+            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group),
+                                 read_files_directly=self.spec.read_files_directly)
+            timeline.mark("shards_planned")
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
         log_names = log_file_names(self.run_config.log_to_file)
         experiment = str(self.spec.trial_info.get("experiment_name") or self.name)
@@ -240,6 +247,7 @@ class Controller:
             ))
         group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,
                              self.spec.backend_config.train_func_wrapper())
+        timeline.mark("training_started")
         self._last_progress = time.monotonic()
         self.backend.on_training_start(group, self.spec.backend_config)
         self.tracker = RoundTracker(len(group))
@@ -267,8 +275,13 @@ class Controller:
         if mismatch:
             return self._on_failure(FatalError(mismatch))
         if self.tracker.all_finished:
+            timeline.mark("training_finished")
+            self._keep_timeline()
             self._teardown(graceful=True)
+            timeline.mark("workers_stopped")
             self.record.clean_staging()
+            self.record.data["timeline"] = {
+                **self.record.data.get("timeline", {}), "driver": timeline.marks()}
             self.record.finish(RunState.FINISHED.value, self.manager)
             return RunState.FINISHED
         return RunState.RUNNING
@@ -425,6 +438,16 @@ class Controller:
                 decision.cancel()
 
     # --- helpers ---------------------------------------------------------------
+    def _keep_timeline(self) -> None:
+        """Put rank 0's marks of this attempt in the run record (``timeline.rank0``),
+        next to the driver's. Best effort: a timeline never fails a run."""
+        try:
+            assert self.group is not None
+            marks = self.group.worker_call(0, "timeline", timeout=5.0)
+            self.record.data["timeline"] = {"rank0": marks}
+        except Exception as exc:  # noqa: BLE001 - diagnostics only
+            logger.debug("No timeline from rank 0: %s", exc)
+
     def _teardown(self, graceful: bool = False) -> None:
         if self.group is not None:
             try:

@@ -240,11 +240,26 @@ def _parquet_footer_row_count(data: Any, max_files: int = 100) -> Optional[int]:
         return None
 
 
-def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int
-                ) -> Dict[str, List[Any]]:
-    """For each dataset, one iterator per worker: split ones stream disjoint shards."""
+def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int,
+                read_files_directly: bool = False) -> Dict[str, List[Any]]:
+    """For each dataset, one iterator per worker: split ones stream disjoint shards.
+
+    With ``read_files_directly`` (a loop that reads its shards with
+    ``gbdt.data.read_shard``), a dataset of local Parquet files becomes one
+    ``ParquetShard`` per worker instead, which the worker reads itself with pyarrow
+    (``engine._internal.parquet_shards``); the split is the same equal one.
+    """
     out: Dict[str, List[Any]] = {}
     for name, data in datasets.items():
+        files = _direct_files(data) if read_files_directly else None
+        if files is not None:
+            from engine._internal.parquet_shards import plan_file_shards
+
+            split = data_config.should_split(name) and n > 1
+            out[name], count = plan_file_shards(files, n, split)
+            if split:
+                _log_split(name, count, n)
+            continue
         ds = to_ray_dataset(name, data)
         if data_config.should_split(name) and n > 1:
             count = known_row_count(ds)
@@ -275,6 +290,15 @@ def materialize_splits(datasets: Dict[str, Any], data_config: DataConfig, n: int
         else:
             out[name] = [ds] * n
     return out
+
+
+def _direct_files(data: Any) -> Optional[List[str]]:
+    from engine._internal.parquet_shards import local_parquet_files
+
+    try:
+        return local_parquet_files(data)
+    except Exception:  # an unreadable footer …: Ray Data reports it as before
+        return None
 
 
 def _log_split(name: str, count: Optional[int], n: int) -> None:

@@ -58,8 +58,22 @@ def ensure_ray() -> None:
                  _system_config={"worker_niceness": niceness})
     global _started_here
     _started_here = True
-    # Runs before Ray's own exit handler (atexit runs the latest registered first).
+    # Run before Ray's own exit handler (atexit runs the latest registered first).
+    atexit.register(_freeze_heap_at_exit)
     atexit.register(_stop_autoscaler_monitor)
+
+
+def _freeze_heap_at_exit() -> None:
+    """At interpreter exit, take the driver's heap out of the garbage collector's reach.
+
+    The interpreter runs a full collection while it tears down, and a driver that
+    imported Ray, Ray Data and a framework has a heap whose walk took 1.5–2 s of every
+    script's exit on the 2-core development VM (py-spy: ``gc_collect_main`` after the
+    last line). Frozen objects are still freed by reference counting; only cycles among
+    them are left to the process's end, which frees everything anyway."""
+    import gc
+
+    gc.freeze()
 
 
 def _stop_autoscaler_monitor() -> None:

@@ -33,6 +33,10 @@ class RunSpec:
     # A Tuner's paused trial that resumes from another trial's checkpoint (synchronous
     # PBT): adopted as this run's latest when the run (re)starts, then cleared.
     adopt_checkpoint: Optional[Checkpoint] = None
+    # The training function reads its shards only through gbdt.data.read_shard (a tree
+    # trainer's built-in loop): local Parquet files may then be read by each worker
+    # itself instead of through Ray Data (data.make_shards).
+    read_files_directly: bool = False
 
 
 class TrialAction(enum.Enum):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import session as _session
+from engine._internal import timeline
 from engine._internal.failure_diagnosis import worker_raised
 from engine._internal.output_capture import capture
 from engine.exceptions import WorkerError
@@ -129,6 +130,8 @@ class TrainWorker:
     def start_training(self, train_func: Callable, config: Optional[Dict[str, Any]],
                        session_args: Dict[str, Any],
                        before_train: Optional[Callable[[], None]] = None) -> None:
+        timeline.take()  # a reused actor (Tuner) keeps no marks of the last trial
+        timeline.mark("train_thread_start")
         session = _session.TrainSession(**session_args)
         self._session = session
         _name_log_prefix(session.context.world_rank)
@@ -143,6 +146,7 @@ class TrainWorker:
                         before_train()
                     _freeze_startup_objects()
                     _call_train_func(train_func, config)
+                    timeline.mark("train_func_returned")
             except BaseException as exc:  # noqa: BLE001 - reported to the driver
                 session.error = exc
                 session.traceback_str = traceback.format_exc()
@@ -173,6 +177,10 @@ class TrainWorker:
                 self._error = worker_raised(session.context.world_rank, session._node_ip,
                                             session.error, session.traceback_str)
         return items, self._done, self._error
+
+    def timeline(self) -> List[Tuple[str, float]]:
+        """This worker's timeline marks of the current attempt (``timeline.mark``)."""
+        return timeline.marks()
 
     def train_stack(self, limit: int = 8) -> str:
         """Where the train thread is right now (its innermost ``limit`` frames), for

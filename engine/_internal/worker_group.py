@@ -82,10 +82,13 @@ class WorkerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        from engine._internal import timeline
         from engine._internal.ray_utils import ensure_ray
         from engine._internal.worker import TrainWorker
 
+        timeline.mark("ray_start")
         ensure_ray()
+        timeline.mark("ray_started")
         self._check_resources()
         bundles = [self.scaling.worker_resources for _ in range(self.scaling.num_workers)]
         # Bundles after the workers' hold the actors a worker starts itself (RLlib's env
@@ -128,6 +131,7 @@ class WorkerGroup:
                 f"Training workers failed to start: {exc}"
             ) from exc
         self._assign_ranks(infos)
+        timeline.mark("workers_started")
 
     def plan_data(self) -> DataPlan:
         """Before :meth:`start`: how the datasets reach the workers when the workers

@@ -6,6 +6,7 @@ import operator
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal.gbdt.data import TRAIN_DATASET, read_shard
+from engine._internal import timeline
 from engine._internal.gbdt.loop import start_boosting
 from engine.lightgbm.config import get_network_params, import_lightgbm
 
@@ -29,10 +30,13 @@ def lightgbm_seed_loop(config: Dict[str, Any],
                            config, {"worker_train_rows": rows}, kwargs)
     if start is None:
         return
+    # LightGBM bins the data and joins the network inside train(), before round 1.
+    timeline.mark("boosting_start")
     booster = lightgbm.train(params, dtrain, num_boost_round=start.rounds,
                              valid_sets=valid_sets, valid_names=valid_names,
                              init_model=start.init_model, callbacks=start.callbacks, **kwargs)
     start.callback.finish(booster)  # early stopping: the final model in one more report
+    timeline.mark("boosting_end")  # the final report and its checkpoint included
     if "machines" in params:
         booster.free_network()  # close the listening port now, not at garbage collection
 

@@ -6,6 +6,7 @@ import operator
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal.gbdt.data import TRAIN_DATASET, read_shard
+from engine._internal import timeline
 from engine._internal.gbdt.loop import start_boosting
 from engine.xgboost.config import import_xgboost
 
@@ -21,6 +22,7 @@ def xgboost_seed_loop(config: Dict[str, Any],
 
     kwargs = dict(train_kwargs or {})
     dtrain, evals = _matrices(xgboost, config["label_column"], config["eval_datasets"])
+    timeline.mark("matrices_built")
     params = dict(config["params"])
     if not any(k in params for k in _THREAD_PARAMS):
         params["nthread"] = config["cpus_per_worker"]
@@ -32,8 +34,10 @@ def xgboost_seed_loop(config: Dict[str, Any],
     if start is None:
         return
     kwargs.setdefault("verbose_eval", False)
+    timeline.mark("boosting_start")
     xgboost.train(params, dtrain, num_boost_round=start.rounds, evals=evals,
                   xgb_model=start.init_model, callbacks=start.callbacks, **kwargs)
+    timeline.mark("boosting_end")  # the final report and its checkpoint included
 
 
 def _matrices(xgboost: Any, label: str, eval_names: List[str]

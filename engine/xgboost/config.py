@@ -101,5 +101,8 @@ def run_in_collective(train_func: Callable, config: Optional[Dict[str, Any]]) ->
     import_xgboost()
     from xgboost import collective
 
+    from engine._internal import timeline
+
     with collective.CommunicatorContext(**args):
+        timeline.mark("collective_joined")
         return _call_train_func(train_func, config)

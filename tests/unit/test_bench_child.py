@@ -75,3 +75,14 @@ def test_bench_uses_only_the_public_engine_api():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             private += [f"{path.name}: {n}" for n in names if n.startswith("engine._internal")]
     assert private == []
+
+
+def test_breakdown_splits_a_process_at_every_mark_in_time_order():
+    from bench.xgboost import breakdown
+
+    marks = [("driver", "ray_started", 13.0), ("child", "imports", 11.0),
+             ("rank0", "read_train", 14.5), ("child", "fit_returned", 20.0)]
+    assert breakdown(marks, 10.0, 21.5) == {
+        "imports": 1.0, "ray_started": 2.0, "rank0:read_train": 1.5, "fit_returned": 5.5,
+        "exit": 1.5}
+    assert breakdown([], 10.0, 21.5) == {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from engine._internal.parquet_shards import ParquetShard
 from engine.exceptions import ConfigError
 
 TRAIN_DATASET = "train"
@@ -18,11 +19,16 @@ def read_shard(name: str, label_column: Optional[str]) -> Tuple[Any, Any]:
     (label None when ``label_column`` is None)."""
     import pyarrow as pa
 
+    from engine._internal import timeline
     from engine.session import get_context, get_dataset_shard
 
-    tables = list(get_dataset_shard(name).iter_batches(batch_size=None,
-                                                       batch_format="pyarrow"))
+    shard = get_dataset_shard(name)
+    if isinstance(shard, ParquetShard):  # local files this worker reads itself
+        tables = [shard.read()]
+    else:
+        tables = list(shard.iter_batches(batch_size=None, batch_format="pyarrow"))
     tables = [t for t in tables if t.num_rows]
+    timeline.mark(f"read_{name}")
     if not tables:
         ctx = get_context()
         raise ConfigError(

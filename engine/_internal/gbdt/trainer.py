@@ -129,6 +129,9 @@ class GBDTTrainer(DataParallelTrainer):
             spec.train_func = functools.partial(type(self)._seed_loop,
                                                 train_kwargs=self.train_kwargs)
         spec.train_func = self._wrap_train_func(spec.train_func)
+        # The built-in loop reads every dataset with read_shard, which takes files a
+        # worker reads itself; with a preprocessor the datasets are Ray Datasets anyway.
+        spec.read_files_directly = self._seed_style and self.preprocessor is None
         return spec
 
     def _wrap_train_func(self, train_func: Callable) -> Callable:
