@@ -215,7 +215,6 @@ def test_bad_job_settings_fail_before_anything_is_written(case, tmp_path, monkey
         "/dev/shm/trainyard-memory/ty-test")
 
 
-@pytest.mark.slow  # Ray builds a virtualenv for the pip runtime_env first
 def test_a_runtime_env_that_cannot_install_is_a_config_error(head, tmp_path, monkeypatch):
     from engine.exceptions import ConfigError
     from tasks import core
@@ -224,8 +223,10 @@ def test_a_runtime_env_that_cannot_install_is_a_config_error(head, tmp_path, mon
     for key, value in _env(head, storage).items():
         if key.startswith("TRAINYARD_"):
             monkeypatch.setenv(key, value)
+    # A working_dir package the cluster cannot fetch: it fails in the job's runtime_env
+    # set-up as a pip requirement would, without Ray first cloning a virtualenv (minutes).
     run = {"name": "rj-badenv", "storage": storage,
-           "runtime_env": {"pip": ["--no-index", "no-such-package-trainyard==9.9"]}}
+           "runtime_env": {"working_dir": "https://127.0.0.1:9/no-such-trainyard-pkg.zip"}}
     with pytest.raises(ConfigError, match=r"runtime_env"):
         core.train("digits", _refs(storage), {"num_workers": 1}, run)
     assert not os.path.exists(os.path.join(storage, "runs"))
