@@ -6,11 +6,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.trainyard-installed
 # Horovod is built from its patched sdist (not on the "all" extra); the wheel is cached.
 HOROVOD_STAMP := $(VENV)/.horovod-installed
-# Test modules run in parallel on 2 xdist workers (one local Ray each); a module stays on
+# Test modules run in parallel on 3 xdist workers (one local Ray each): most of a test's
+# time is spent waiting on processes and services, so 3 fill 2 cores. A module stays on
 # one worker (loadfile), so its module fixtures are built once. PYTEST_XDIST= runs
 # serially; PYTEST_ARGS adds to it (e.g. PYTEST_ARGS="tests/unit -x"). Not loadgroup:
 # with pytest 9.2, xdist 3.8's loadgroup ignores xdist_group marks (tests/README.md).
-PYTEST_XDIST ?= -n 2 --dist loadfile
+PYTEST_XDIST ?= -n 3 --dist loadfile
 PYTEST_ARGS ?=
 
 .PHONY: run test bench venv constraints clean

@@ -1,0 +1,16 @@
+"""The Ray Tune scripts of the compat suite (searchers, schedulers, stoppers, tune.run),
+each run as a script in its own process: see test_compat_scripts.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.compat._run import run_script, scripts
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("script", scripts(tune=True), ids=lambda p: p.name)
+def test_tune_script_runs(script: Path, tmp_path: Path) -> None:
+    run_script(script, tmp_path)
