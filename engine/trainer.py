@@ -51,12 +51,13 @@ class BaseTrainer:
         return can_restore(path, storage_filesystem)
 
     def _run_and_keep(self, spec: RunSpec) -> Result:
-        """Run ``spec``, first keeping this trainer in the run directory for
-        :meth:`restore`."""
+        """Run ``spec``, keeping this trainer in the run directory for :meth:`restore`
+        once the run is this driver's and its storage is checked (a bad storage path is
+        a StorageError, another driver's live run a RunInProgressError, writing nothing)."""
         from engine._internal.trainer_state import save_trainer
 
         controller = Controller(spec)
-        save_trainer(self, controller.storage)
+        controller.after_initialize = lambda: save_trainer(self, controller.storage)
         return controller.run()
 
 

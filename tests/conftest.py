@@ -79,7 +79,8 @@ def no_env_leak():
     # Ray's own variables, the OpenMP ones that importing torch sets once per process,
     # and CRC32C_SW_MODE that importing tensorboardX sets once per process.
     changed = {k for k in changed
-               if not k.startswith(("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE"))}
+               if not k.startswith(("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE",
+                                     "_MLFLOW_TELEMETRY"))}
     if changed:
         for key in changed:
             if key in before:

@@ -78,6 +78,8 @@ class Controller:
         self.callbacks = CallbackRunner.with_defaults(self.run_config.callbacks)
         self.state = RunState.INITIALIZING
         self._lease: Optional[RunLease] = None  # one owner per run: taken in _initialize
+        # Called once the run is ours and its storage checked (fit() keeps its trainer).
+        self.after_initialize: Optional[Callable[[], None]] = None
         self.name = self.run_config.name or _fresh_name(spec.trainer_name)
         root = _storage.Storage.from_path(default_root(self.run_config.storage_path,
                                                        self.run_config.storage_filesystem),
@@ -167,6 +169,8 @@ class Controller:
         self.record.begin(self.spec)
         self.record.data["owner"] = self._lease.owner  # who runs it now
         self.record.save(self.manager)
+        if self.after_initialize is not None:
+            self.after_initialize()
         trial = Trial(trial_id=self.record.trial_id, trial_name=self.name,
                       config=self.spec.train_loop_config or {}, path=self.storage.display(),
                       storage=self.storage)

@@ -262,7 +262,8 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from ray.job_submission import JobSubmissionClient
 
-    from tests.integration.test_prefect_flows import _free_port, _prefect, _stop, _wait_healthy
+    from tests.integration.test_prefect_deployments import (_free_port, _prefect, _stop,
+                                                            _wait_healthy)
 
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"

@@ -19,7 +19,9 @@ import psutil
 from engine._internal.storage import Storage
 from tests.conftest import REPO
 
-LEASE_S = 4.0
+# Long enough that a caller started right after the owner's SIGKILL reaches its lease
+# check (a fresh Python importing the engine: seconds on a loaded 2-core machine) first.
+LEASE_S = 15.0
 DRIVER = textwrap.dedent("""
     import json, os, socket, sys, time
     if os.environ.get("AS_HOST"):  # a driver on another machine (by its host name)

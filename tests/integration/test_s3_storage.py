@@ -69,6 +69,11 @@ def _run_prefix(result_path: str, bucket: str) -> str:
     return result_path[len(f"s3://{bucket}/"):]
 
 
+# Beside the checkpoints and logs: the run record, the trainer kept for Trainer.restore
+# and the run's ownership lease (released, not deleted).
+RUN_FILES = {constants.RUN_STATE_FILE, constants.TRAINER_STATE_FILE, ".run_lease.json"}
+
+
 def _tree(s3_server, prefix: str, bucket: str = "") -> dict:
     """{top-level name under the run dir: set of files in it} from a raw bucket listing;
     the run dir's own directory marker (``prefix/``) is the only marker allowed."""
@@ -123,8 +128,8 @@ def test_checkpoints_and_retention_on_s3(ray_start_4_cpus, s3_server, s3_storage
     shard_files = {MARKER, "model_card.json", "state.json", "shard_0.bin", "shard_1.bin"}
     assert _tree(s3_server, prefix) == {
         "checkpoint_000001": shard_files, "checkpoint_000003": shard_files,
-        "checkpoint_000004": shard_files, constants.RUN_STATE_FILE: set(),
-        **{name: set() for name in LOG_FILES}}
+        "checkpoint_000004": shard_files,
+        **{name: set() for name in RUN_FILES | LOG_FILES}}
     assert [row["epoch"] for row in _result_json(s3_server, prefix)] == [0, 1, 2, 3, 4]
     record = _read_record(s3_server, prefix)
     assert record["state"] == "FINISHED"
@@ -185,7 +190,7 @@ def test_resume_by_refit_after_failed_run(ray_start_4_cpus, s3_server, s3_storag
     prefix = _run_prefix(failed.path, s3_server.bucket)
     assert _read_record(s3_server, prefix)["state"] == "ERRORED"
     assert set(_tree(s3_server, prefix)) == {"checkpoint_000001", "checkpoint_000002",
-                                            constants.RUN_STATE_FILE} | LOG_FILES
+                                            } | RUN_FILES | LOG_FILES
     # S3 has no append: the logs were written whole at each checkpoint and at the end.
     assert [row["epoch"] for row in _result_json(s3_server, prefix)] == [0, 1, 2]
 
@@ -195,8 +200,7 @@ def test_resume_by_refit_after_failed_run(ray_start_4_cpus, s3_server, s3_storag
     # Numbering went on (no overwrite of checkpoint_000002) and retention held.
     assert result.checkpoint.uri.endswith("/resume/checkpoint_000004")
     tree = _tree(s3_server, prefix)
-    assert set(tree) == {"checkpoint_000003", "checkpoint_000004",
-                         constants.RUN_STATE_FILE} | LOG_FILES
+    assert set(tree) == {"checkpoint_000003", "checkpoint_000004"} | RUN_FILES | LOG_FILES
     assert all(MARKER in files for name, files in tree.items()
                if name.startswith(constants.CHECKPOINT_DIR_PREFIX))
     # The resumed run redid no logged round twice: each epoch once, in order.
