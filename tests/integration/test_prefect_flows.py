@@ -561,12 +561,24 @@ def test_database_password_from_a_secret_block_never_reaches_prefect(
         assert ref.metadata["source"] == \
             f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
         flow_run_id = state.state_details.flow_run_id
+        # Prefect ships run logs to its API from a background worker, in batches:
+        # send what is queued, then wait until the server has the flow's first line,
+        # so that every line the run wrote is checked below.
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=30)
+        deadline = time.monotonic() + 60
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(flow_run_id)
             artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
                 flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-            logs = client.read_logs(log_filter=LogFilter(
-                flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            while True:
+                logs = client.read_logs(log_filter=LogFilter(
+                    flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+                if any("Beginning flow run" in log.message for log in logs) \
+                        or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
         stored = "".join(open(p, errors="replace").read()
                          for p in glob.glob(os.path.join(str(prefect_api), "*")))
         captured = capfd.readouterr()
