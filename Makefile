@@ -11,7 +11,7 @@ HOROVOD_STAMP := $(VENV)/.horovod-installed
 # one worker (loadfile), so its module fixtures are built once. PYTEST_XDIST= runs
 # serially; PYTEST_ARGS adds to it (e.g. PYTEST_ARGS="tests/unit -x"). Not loadgroup:
 # with pytest 9.2, xdist 3.8's loadgroup ignores xdist_group marks (tests/README.md).
-PYTEST_XDIST ?= -n 3 --dist loadfile
+PYTEST_XDIST ?= -n 3 --dist loadfile --no-loadscope-reorder
 PYTEST_ARGS ?=
 
 .PHONY: run test bench venv constraints clean

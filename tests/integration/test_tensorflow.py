@@ -164,13 +164,13 @@ def _keras_file_train_func(config):
                 else tf.distribute.MultiWorkerMirroredStrategy())
     start_epoch, restored = 0, ""
     checkpoint = engine.get_checkpoint()
+    tf.keras.utils.set_random_seed(0)  # the same shuffles whether resumed or not
     with strategy.scope():
         if checkpoint:
             model = TensorflowCheckpoint.wrap(checkpoint).get_model()
             start_epoch = checkpoint.metrics["epoch"] + 1
             restored = _weights_sha(model)
         else:
-            tf.keras.utils.set_random_seed(0)
             model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
             model.compile(optimizer=tf.keras.optimizers.Adam(0.05), loss="mse")
     model.fit(X, Y, batch_size=16, epochs=config["num_epochs"], initial_epoch=start_epoch,
