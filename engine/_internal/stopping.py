@@ -283,8 +283,6 @@ class DictStopper(Stopper):
 _MISSING = object()
 
 
-
-
 def _std(values: List[Any]) -> float:
     try:
         return statistics.pstdev(float(v) for v in values)

@@ -227,7 +227,6 @@ def test_missing_bucket_fails_before_any_worker_starts(ray_start_4_cpus, s3_serv
     assert FAKE_AWS_SECRET not in message and "endpoint_override" not in message
 
 
-
 def test_credentials_never_show(ray_start_4_cpus, s3_server, caplog, capfd):
     """Credentials in the storage URI itself (and the env ones) appear in no error
     message, log line, run record, Result or Checkpoint URI."""

@@ -103,7 +103,6 @@ def test_table_and_query_give_the_rows_and_fingerprint_of_parquet(pg, ray_sessio
     assert pa.Table.from_batches(list(_datasets.scan(part))).equals(expected)
 
 
-
 def test_credentials_never_reach_a_reference_a_manifest_an_error_or_a_log(
         pg, ray_session, tmp_path, caplog, capfd):
     caplog.set_level(logging.DEBUG)
