@@ -237,7 +237,6 @@ def _notifications(args: argparse.Namespace) -> int:
     """Save the webhook block, then (re)create the automations that send to it, on the
     Prefect API of ``PREFECT_API_URL`` (the server's automations service sends)."""
     import httpx
-    from prefect.blocks.notifications import CustomWebhookNotificationBlock
     from prefect.settings import PREFECT_API_URL
 
     api = PREFECT_API_URL.value()

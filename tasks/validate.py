@@ -29,8 +29,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-import pyarrow as pa
-
 from engine.exceptions import ConfigError
 from engine.storage import Storage, join, redact
 from tasks import _datasets, _drift

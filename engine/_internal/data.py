@@ -20,8 +20,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from engine.config import DataConfig
 from engine.exceptions import ConfigError
-from engine.preprocessors import Preprocessor
-# Their home is engine.preprocessors; the controller still imports them from here.
 
 logger = logging.getLogger("engine")
 

@@ -111,7 +111,6 @@ class Tuner:
         A trial that fails does not stop the others: its ``Result.error`` holds a
         ``TrainingFailedError``.
         """
-        rc = self.run_config
         store = self._store or self._open_store()
         name = store.storage.root.rstrip("/").rpartition("/")[2]
         store.storage.check_writable()

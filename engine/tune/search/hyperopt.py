@@ -92,7 +92,7 @@ class HyperOptSearch(Searcher):
         return out
 
     def suggest(self, trial_id: str) -> Optional[Dict[str, Any]]:
-        hpo, trials = self._hpo, self._trials
+        trials = self._trials
         if self._pending_points > 0:
             doc = trials.trials[len(self._points) - self._pending_points]
             self._pending_points -= 1
