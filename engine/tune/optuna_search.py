@@ -48,11 +48,7 @@ class OptunaSearch(Searcher):
 
     def set_search_properties(self, metric, mode, param_space, num_samples, seed) -> None:
         super().set_search_properties(metric, mode, param_space, num_samples, seed)
-        if self.metric is None or self.mode is None:
-            raise ConfigError(
-                "OptunaSearch needs a metric and a mode: set TuneConfig(metric=..., "
-                "mode='min'|'max') or OptunaSearch(metric=..., mode=...)."
-            )
+        self._require_metric()
         if self.seed is None:
             self.seed = seed
         self._setup(self._space if self._space is not None else param_space)

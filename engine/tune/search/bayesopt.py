@@ -58,10 +58,7 @@ class BayesOptSearch(Searcher):
 
     def set_search_properties(self, metric, mode, param_space, num_samples, seed) -> None:
         super().set_search_properties(metric, mode, param_space, num_samples, seed)
-        if self.metric is None or self.mode is None:
-            raise ConfigError("BayesOptSearch needs a metric and a mode: set TuneConfig("
-                              "metric=..., mode='min'|'max') or BayesOptSearch(metric=..., "
-                              "mode=...).")
+        self._require_metric()
         self._setup(self._space if self._space is not None else param_space)
 
     def _setup(self, space: Dict[str, Any]) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Set, Tuple
 
 from engine.exceptions import ConfigError
-from engine.tune.search.searcher import Searcher
+from engine.tune.search.searcher import Searcher, _WrappedSearcher
 
 
-class ConcurrencyLimiter(Searcher):
+class ConcurrencyLimiter(_WrappedSearcher):
     """Wraps a searcher so that no more than ``max_concurrent`` of its trials run (or
     wait paused) at once; ``suggest`` says "not now" (None) at the limit.
 
@@ -30,17 +30,6 @@ class ConcurrencyLimiter(Searcher):
         self.searcher, self.max_concurrent, self.batch = searcher, max_concurrent, batch
         self.live_trials: Set[str] = set()
         self._cached: Dict[str, Tuple[Optional[Dict[str, Any]], bool]] = {}
-
-    @property
-    def metric(self) -> Optional[str]:  # type: ignore[override]
-        return self.searcher.metric
-
-    @property
-    def mode(self) -> Optional[str]:  # type: ignore[override]
-        return self.searcher.mode
-
-    def set_search_properties(self, metric, mode, param_space, num_samples, seed) -> None:
-        self.searcher.set_search_properties(metric, mode, param_space, num_samples, seed)
 
     @property
     def total_trials(self) -> Optional[int]:

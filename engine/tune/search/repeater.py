@@ -10,7 +10,7 @@ import statistics
 from typing import Any, Dict, List, Optional
 
 from engine.exceptions import ConfigError
-from engine.tune.search.searcher import Searcher
+from engine.tune.search.searcher import Searcher, _WrappedSearcher
 
 logger = logging.getLogger("engine")
 TRIAL_INDEX = "__trial_index__"
@@ -32,7 +32,7 @@ class _Group:
         return len(self.scores) + self.errors >= self.size
 
 
-class Repeater(Searcher):
+class Repeater(_WrappedSearcher):
     """Runs each config of ``searcher`` ``repeat`` times (e.g. over random seeds) and
     reports the mean of their ``metric`` back to it once all repeats ended.
 
@@ -52,20 +52,12 @@ class Repeater(Searcher):
         self._current: Optional[_Group] = None
         self._groups: Dict[str, _Group] = {}
 
-    @property
-    def metric(self) -> Optional[str]:  # type: ignore[override]
-        return self.searcher.metric
-
-    @property
-    def mode(self) -> Optional[str]:  # type: ignore[override]
-        return self.searcher.mode
-
     def set_search_properties(self, metric, mode, param_space, num_samples, seed) -> None:
         if num_samples % self.repeat:
             logger.warning("Repeater(repeat=%d): num_samples=%d is not a multiple of it; "
                            "the last config runs fewer times and its mean is never "
                            "reported.", self.repeat, num_samples)
-        self.searcher.set_search_properties(metric, mode, param_space, num_samples, seed)
+        super().set_search_properties(metric, mode, param_space, num_samples, seed)
 
     def suggest(self, trial_id: str) -> Optional[Any]:
         if self._current is None or self._current.full:
