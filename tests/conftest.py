@@ -130,10 +130,11 @@ def no_env_leak():
     changed = {k for k in set(before) | set(after)
                if before.get(k) != after.get(k)} - _ALLOWED_ENV_CHANGES
     # Ray's own variables, the OpenMP ones that importing torch sets once per process,
-    # and CRC32C_SW_MODE that importing tensorboardX sets once per process.
+    # CRC32C_SW_MODE that importing tensorboardX sets once per process, and
+    # PYTORCH_NVML_BASED_CUDA_CHECK that importing DeepSpeed sets (the GPU tests).
     changed = {k for k in changed
                if not k.startswith(("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE",
-                                     "_MLFLOW_TELEMETRY"))}
+                                     "_MLFLOW_TELEMETRY", "PYTORCH_NVML_BASED_CUDA_CHECK"))}
     if changed:
         for key in changed:
             if key in before:

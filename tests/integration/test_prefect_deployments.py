@@ -18,17 +18,18 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List
 
 import pytest
 import yaml
+
+from tests.conftest import _free_port
+from tests.prefect_server import prefect, prefect_server, start_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RETRAIN = "retrain/retrain-digits"
@@ -36,44 +37,6 @@ PREDICT = "batch-predict/batch-predict-digits"
 # Small and fast: one tuning trial of one epoch, two epochs of training.
 FAST = {"tune_epochs": 1, "train_epochs": 2, "param_space": {"lr": {"grid_search": [0.01]}},
         "retry_delay_s": 1}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _prefect(*args: str, env: dict, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "prefect", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, **kw)
-    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "prefect server exited during start-up"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"prefect server not healthy at {url} after {timeout} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Webhook:
@@ -141,9 +104,6 @@ def _deploy_file(tmp) -> str:
 def stack(ray_session, tmp_path_factory):
     """Server, work pool, deployments, notifications and a worker; the API settings."""
     import ray
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     tmp = tmp_path_factory.mktemp("prefect_deployments")
     webhook = Webhook()
@@ -166,34 +126,19 @@ def stack(ray_session, tmp_path_factory):
                PYTHONPATH=os.pathsep.join(p for p in [REPO, env.get("PYTHONPATH")] if p))
     logs = tmp / "logs"
     logs.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)], env=env, cwd=tmp,
-        stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
-    worker = None
     try:
-        _wait_healthy(f"{api}/health", server, 180)
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            with get_client(sync_client=True) as client:
-                client.create_work_pool(WorkPoolCreate(name="trainyard-process",
-                                                       type="process"))
-            _prefect("--no-prompt", "deploy", "--all", "--prefect-file", _deploy_file(tmp),
-                     env=env)
+        with prefect_server(env, port, tmp, logs) as procs:
+            prefect("--no-prompt", "deploy", "--all", "--prefect-file", _deploy_file(tmp),
+                    env=env)
             out = subprocess.run(
                 [sys.executable, "-m", "tasks.cli", "notifications", "--webhook",
                  f"{webhook.url}/automation"], env=env, cwd=REPO, capture_output=True,
                 text=True, timeout=120)
             assert out.returncode == 0, out.stderr
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "worker", "start", "--pool",
-                 "trainyard-process", "--type", "process"], env=env, cwd=tmp,
-                stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
+            procs.append(start_worker(env, tmp, logs))
             yield dict(api=api, storage=storage, webhook=webhook, env=env,
                        worker_log=logs / "worker.log", server_log=logs / "server.log")
     finally:
-        for proc in (worker, server):
-            if proc is not None:
-                _stop(proc)
         webhook.server.shutdown()
 
 

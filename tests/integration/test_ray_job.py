@@ -256,14 +256,11 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     retrain-digits-ray-job: the flow run's process submits Ray jobs and never imports
     torch nor connects to Ray as a driver; the promoted checkpoint scores as it does
     when evaluated in local mode."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from ray.job_submission import JobSubmissionClient
 
-    from tests.integration.test_prefect_deployments import (_free_port, _prefect, _stop,
-                                                            _wait_healthy)
+    from tests.conftest import _free_port
+    from tests.prefect_server import prefect, prefect_server, start_worker
 
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -280,35 +277,18 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
                PYTHONPATH=os.pathsep.join([str(hooks), REPO]))
     logs = tmp_path / "logs"
     logs.mkdir()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)], env=env, cwd=tmp_path,
-        stdout=open(logs / "server.log", "w"), stderr=subprocess.STDOUT)
-    worker = None
-    try:
-        _wait_healthy(f"{api}/health", server, 180)
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            with get_client(sync_client=True) as client:
-                client.create_work_pool(WorkPoolCreate(name="trainyard-process",
-                                                       type="process"))
-            _prefect("--no-prompt", "deploy", "--all", "--prefect-file",
-                     "deploy/prefect.yaml", env=env, timeout=240)
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "prefect", "worker", "start", "--pool",
-                 "trainyard-process"], env=env, cwd=tmp_path,
-                stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
-            flow_run = run_deployment(
-                "retrain/retrain-digits-ray-job", timeout=780,
-                parameters={"tune_epochs": 1, "train_epochs": 2, "num_workers": 1,
-                            "param_space": {"lr": {"grid_search": [0.005]}},
-                            "gate": {"accuracy": ">=0.3"}})
-        worker_log = (logs / "worker.log").read_text()
-        assert flow_run.state is not None and flow_run.state.is_completed(), \
-            f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
-    finally:
-        for proc in (worker, server):
-            if proc is not None:
-                _stop(proc)
+    with prefect_server(env, port, tmp_path, logs) as procs:
+        prefect("--no-prompt", "deploy", "--all", "--prefect-file", "deploy/prefect.yaml",
+                env=env, timeout=240)
+        procs.append(start_worker(env, tmp_path, logs))
+        flow_run = run_deployment(
+            "retrain/retrain-digits-ray-job", timeout=780,
+            parameters={"tune_epochs": 1, "train_epochs": 2, "num_workers": 1,
+                        "param_space": {"lr": {"grid_search": [0.005]}},
+                        "gate": {"accuracy": ">=0.3"}})
+    worker_log = (logs / "worker.log").read_text()
+    assert flow_run.state is not None and flow_run.state.is_completed(), \
+        f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
     # The steps ran as Ray jobs; the flow run's process only waited.
     jobs = JobSubmissionClient(head.address).list_jobs()
     ours = [j for j in jobs if (j.metadata or {}).get("trainyard_orchestrator_run")
