@@ -28,13 +28,15 @@ def _cuda_available() -> bool:
 # The modules that take minutes, longest first. Under xdist (`--dist loadfile
 # --no-loadscope-reorder`, see the Makefile) modules are handed out in collection order,
 # so these start first and the short ones fill the gaps at the end, instead of a
-# ten-minute module starting last. The summary at the end of a run lists the modules'
-# times ("slowest modules"): keep this list in step with it.
+# ten-minute module starting last. The first three start together: not two that each
+# start a cluster of services (Airflow's components, a Ray head with its job server).
+# The summary at the end of a run lists the modules' times ("slowest modules"): keep
+# this list in step with it.
 SLOW_MODULES_FIRST = [
     "tests/integration/test_airflow_components.py",
     "tests/integration/test_rllib.py",
-    "tests/integration/test_ray_job.py",
     "tests/integration/test_examples.py",
+    "tests/integration/test_ray_job.py",
     "tests/reliability/test_load.py",
     "tests/integration/test_airflow_ray_job.py",
     "tests/integration/test_fault_tolerance.py",
