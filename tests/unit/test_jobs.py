@@ -164,3 +164,34 @@ def test_the_last_lines_come_from_the_whole_log_once(monkeypatch):
     assert [ln.split("] ", 1)[1] for ln in lines] == [
         "one", "two", "three", "finished after 3 epochs", f"{_jobs.RESULT_LINE_PREFIX}x"]
     assert tail.ended
+
+
+def test_the_step_joins_the_cluster_the_background_connection_is_joining(monkeypatch):
+    """A job driver connects in a background thread while it imports; the step's own
+    ensure_ray() must wait for that connection, not start a second ray.init()."""
+    import threading
+    import time
+
+    import ray
+
+    from engine.runtime import ensure_ray
+
+    calls = []
+    connected = threading.Event()
+
+    def slow_init(**kwargs):
+        calls.append(kwargs)
+        time.sleep(0.3)  # Ray's servers answering
+        connected.set()
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setattr(ray, "is_initialized", connected.is_set)
+    monkeypatch.setattr(ray, "init", slow_init)
+    background = threading.Thread(target=ensure_ray)
+    background.start()
+    while not calls:
+        time.sleep(0.01)
+    ensure_ray()  # the step's call, while the background one is in ray.init()
+    background.join()
+    assert connected.is_set()
+    assert calls == [{"address": "127.0.0.1:6379", "log_to_driver": True}]
