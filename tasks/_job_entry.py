@@ -13,9 +13,10 @@ follow-up SIGKILL; the next attempt then need not wait for the lease to expire.
 
 Start-up is on the step's critical path (every job is a fresh process): the driver
 joins the cluster (``ray.init()``, mostly waiting on Ray's servers) in a background
-thread while the main thread imports the pipeline and its framework and prepares the
-step; the engine's own ``ensure_ray()`` waits for that connection instead of starting
-another (issue 19).
+thread while the main thread reads the request, imports the pipeline and builds its
+trainer; the engine's own ``ensure_ray()`` waits for that connection instead of
+starting another (issue 19). Joined outside the main thread, Ray installs no SIGTERM
+handler of its own, so the one above stays in force for the whole step.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def _connect_in_background() -> threading.Thread:
     main thread imports and prepares the step: ``ray.init()`` mostly waits on Ray's
     servers. The engine's ``ensure_ray()`` in the step waits for this one; an error
     here is left to that call, which raises it in the main thread."""
-    import ray  # here, not in the thread: imports stay in one thread at a time
+    import ray  # the heavy import here: the thread then mostly waits on Ray's servers
 
     from engine.runtime import ensure_ray
 
