@@ -394,10 +394,14 @@ class StepJob:
         try:
             for interval in poll_intervals(poll_s or poll_seconds()):
                 status = self._status(submission_id)
-                if status == "RUNNING" and self._result_written(submission_id):
-                    self._last_lines(tail, submission_id)  # not its exit
-                    return "SUCCEEDED"  # the step is done; its driver is exiting
-                if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                if status == "SUCCEEDED" or (status == "RUNNING"
+                                             and self._result_written(submission_id)):
+                    # The step is done (its driver may still be exiting): its last lines
+                    # come from its whole log at once, not from the stream, which can
+                    # take seconds to close on a busy head.
+                    self._last_lines(tail, submission_id)
+                    return "SUCCEEDED"
+                if status in ("FAILED", "STOPPED"):
                     tail.finish()
                     return status
                 # The job's result line in its log wakes this at once; the status

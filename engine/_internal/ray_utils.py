@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import logging
 import os
+import threading
 
 from engine import constants
 
@@ -13,6 +14,9 @@ logger = logging.getLogger(__name__)
 
 # Whether this process's Ray instance was started by ensure_ray (sized by trainyard).
 _started_here = False
+# Held while ensure_ray starts or joins Ray: a call from another thread (a job driver
+# that joins the cluster in the background while it imports) waits for that one.
+_init_lock = threading.Lock()
 
 
 def started_by_trainyard() -> bool:
@@ -28,11 +32,22 @@ def ensure_ray() -> None:
     With ``RAY_ADDRESS`` set, joins that cluster. Otherwise starts a local instance with
     at least ``DEFAULT_MIN_RAY_NUM_CPUS`` logical CPUs (``TRAINYARD_RAY_NUM_CPUS``
     overrides) so that Ray Data tasks have room beside the training workers.
+
+    Thread-safe: a call while another thread is starting or joining Ray waits for it
+    (a Ray job's driver joins its cluster in the background while it imports).
     """
     import ray
 
     if ray.is_initialized():
         return
+    with _init_lock:
+        if not ray.is_initialized():
+            _init_ray()
+
+
+def _init_ray() -> None:
+    import ray
+
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return

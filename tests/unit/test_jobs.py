@@ -146,6 +146,41 @@ def test_the_wait_ends_at_the_result_line_not_at_the_next_poll(tmp_path):
     assert job._client.status_calls <= 6  # backs off from 0.1 s instead of spinning
 
 
+class _EndedJobServer:
+    """A job that had SUCCEEDED by the first poll, whose log stream stays open (a busy
+    head closes it late); its whole log is there to read."""
+
+    log = f"training...\n{_jobs.RESULT_LINE_PREFIX}done\n"
+
+    def get_job_status(self, submission_id):
+        return "SUCCEEDED"
+
+    async def tail_job_logs(self, submission_id):
+        import asyncio
+
+        await asyncio.sleep(30)  # nothing comes through the stream in time
+        yield ""
+
+    def get_job_logs(self, submission_id):
+        return self.log
+
+
+def test_a_job_seen_succeeded_returns_with_its_whole_log_without_waiting_for_the_stream(
+        tmp_path):
+    import time
+
+    job = _jobs.StepJob(step="train", kwargs={}, name="trainyard-train-r",
+                        storage=str(tmp_path), address="http://head:8265")
+    job._client = _EndedJobServer()
+    lines = []
+    t0 = time.monotonic()
+    status = job.wait("trainyard-train-r-a1", lines.append, poll_s=1.0)
+    assert status == "SUCCEEDED"
+    assert time.monotonic() - t0 < 1.0  # the stream's drain would wait up to 2 s
+    assert [ln.split("] ", 1)[1] for ln in lines] == [
+        "training...", f"{_jobs.RESULT_LINE_PREFIX}done"]
+
+
 def test_poll_intervals_start_small_and_grow_to_the_setting():
     import itertools
 
@@ -164,3 +199,34 @@ def test_the_last_lines_come_from_the_whole_log_once(monkeypatch):
     assert [ln.split("] ", 1)[1] for ln in lines] == [
         "one", "two", "three", "finished after 3 epochs", f"{_jobs.RESULT_LINE_PREFIX}x"]
     assert tail.ended
+
+
+def test_the_step_joins_the_cluster_the_background_connection_is_joining(monkeypatch):
+    """A job driver connects in a background thread while it imports; the step's own
+    ensure_ray() must wait for that connection, not start a second ray.init()."""
+    import threading
+    import time
+
+    import ray
+
+    from engine.runtime import ensure_ray
+
+    calls = []
+    connected = threading.Event()
+
+    def slow_init(**kwargs):
+        calls.append(kwargs)
+        time.sleep(0.3)  # Ray's servers answering
+        connected.set()
+
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setattr(ray, "is_initialized", connected.is_set)
+    monkeypatch.setattr(ray, "init", slow_init)
+    background = threading.Thread(target=ensure_ray)
+    background.start()
+    while not calls:
+        time.sleep(0.01)
+    ensure_ray()  # the step's call, while the background one is in ray.init()
+    background.join()
+    assert connected.is_set()
+    assert calls == [{"address": "127.0.0.1:6379", "log_to_driver": True}]

@@ -72,6 +72,25 @@ def test_importing_engine_predict_imports_no_framework():
                    check=True)
 
 
+def test_a_driver_building_a_torch_trainer_imports_no_torch():
+    """A Ray job's fresh driver builds the trainer and pickles train_func; torch is for
+    the workers (issue 19: seconds of a ray_job step's start). The helpers resolve on
+    first use."""
+    code = ("import sys; from engine.torch import TorchTrainer, TorchConfig; "
+            "from pipelines import get_pipeline; get_pipeline('digits'); "
+            "print('torch' in sys.modules); "
+            "from engine.torch import prepare_model, TorchPredictor; import engine.torch; "
+            "print('torch' in sys.modules, engine.torch.TorchCheckpoint.__name__, "
+            "callable(engine.torch.get_device), 'prepare_model' in dir(engine.torch))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True", "TorchCheckpoint", "True", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'prepare_modle'"):
+        import engine.torch
+
+        engine.torch.prepare_modle  # noqa: B018 - a typo stays an AttributeError
+
+
 def test_registry_resolves_torch_lazily_and_names_known_frameworks():
     assert get_predictor_class("torch") is TorchPredictor
     with pytest.raises(ConfigError, match=r"'jax'.*known: \[.*'torch'.*'xgboost'"):
