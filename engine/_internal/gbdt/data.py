@@ -17,6 +17,42 @@ TRAIN_DATASET = "train"
 def read_shard(name: str, label_column: Optional[str]) -> Tuple[Any, Any]:
     """This worker's rows of ``datasets[name]`` as ``(features DataFrame, label Series)``
     (label None when ``label_column`` is None)."""
+    return pandas_split(read_shard_table(name), name, label_column)
+
+
+def pandas_split(table: Any, name: str, label_column: Optional[str]) -> Tuple[Any, Any]:
+    """A shard's table as ``(features DataFrame, label Series)`` (label None when
+    ``label_column`` is None)."""
+    _check_label(table, name, label_column)
+    df = table.to_pandas()
+    if label_column is None:
+        return df, None
+    return df.drop(columns=[label_column]), df[label_column]
+
+
+def arrow_split(table: Any, name: str, label_column: str) -> Optional[Tuple[Any, Any]]:
+    """A shard's table as ``(features pyarrow Table, label NumPy array)``, with no
+    pandas copy, when every feature column is a number or a boolean without nulls (what
+    a framework's Arrow input takes as is); None otherwise (strings, categories, nulls:
+    use :func:`pandas_split`, whose conversion the frameworks know how to handle)."""
+    import pyarrow as pa
+
+    _check_label(table, name, label_column)
+    features = table.drop_columns([label_column])
+    for field, column in zip(features.schema, features.columns):
+        kind = field.type
+        if column.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                     or pa.types.is_boolean(kind)):
+            return None
+    return features, table.column(label_column).to_numpy()  # nulls: NaN, as in pandas
+
+
+def read_shard_table(name: str) -> Any:
+    """This worker's rows of ``datasets[name]`` as one ``pyarrow.Table``.
+
+    Raises:
+        ConfigError: the worker got no rows (more workers than rows).
+    """
     import pyarrow as pa
 
     from engine._internal import timeline
@@ -35,14 +71,14 @@ def read_shard(name: str, label_column: Optional[str]) -> Tuple[Any, Any]:
             f"Worker rank {ctx.get_world_rank()} received no rows of datasets[{name!r}]: "
             f"it has fewer rows than ScalingConfig(num_workers={ctx.get_world_size()}). "
             "Use fewer workers or more data.")
-    df = pa.concat_tables(tables, promote_options="default").to_pandas()
-    if label_column is None:
-        return df, None
-    if label_column not in df.columns:
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _check_label(table: Any, name: str, label_column: Optional[str]) -> None:
+    if label_column is not None and label_column not in table.column_names:
         raise ConfigError(
             f"label_column={label_column!r} is not a column of datasets[{name!r}] "
-            f"(columns: {list(df.columns)}): pass the name of the label column.")
-    return df.drop(columns=[label_column]), df[label_column]
+            f"(columns: {table.column_names}): pass the name of the label column.")
 
 
 def known_feature_columns(data: Any, label_column: Optional[str],
