@@ -118,7 +118,7 @@ def _connect_in_background() -> threading.Thread:
     main thread imports and prepares the step: ``ray.init()`` mostly waits on Ray's
     servers. The engine's ``ensure_ray()`` in the step waits for this one; an error
     here is left to that call, which raises it in the main thread."""
-    import ray  # the heavy import here: the thread then mostly waits on Ray's servers
+    import ray  # noqa: F401 - the heavy import here: the thread then mostly waits on Ray's servers
 
     from engine.runtime import ensure_ray
 
