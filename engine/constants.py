@@ -275,6 +275,12 @@ NOTIFY_WEBHOOK_ENV_VAR = _setting(
     "URL the Prefect flows POST a JSON message to when a flow run fails or a promotion "
     "is rejected (unset: no such messages; a webhook that is down is logged).",
     scope="Prefect")
+PREFECT_SERVER_ENV_VAR = _setting(
+    "TRAINYARD_PREFECT_SERVER", None,
+    "background: python -m flows.retrain / flows.batch_predict start Prefect's background "
+    "server (prefect server start --background) when none runs, and later runs reuse it "
+    "(prefect server stop ends it); unset: a temporary server per run, unless "
+    "PREFECT_API_URL is set or a background server runs.", scope="Prefect")
 WHEEL_CACHE_ENV_VAR = _setting(
     "TRAINYARD_WHEEL_CACHE", "~/.cache/trainyard/wheels",
     "Where scripts/install_horovod.sh keeps the Horovod wheel it builds.", scope="build")

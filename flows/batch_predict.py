@@ -88,9 +88,9 @@ def main(argv: Optional[list] = None) -> int:
     args = parser.parse_args(argv)
     storage = os.path.abspath(args.storage) if args.storage and "://" not in args.storage \
         else args.storage
-    from flows.retrain import patient_ephemeral_server
+    from flows._server import prefect_api
 
-    with patient_ephemeral_server():
+    with prefect_api():
         batch_predict(pipeline=args.pipeline, source=args.source, storage=storage,
                       alias=args.alias, output=args.output, num_workers=args.workers)
     return 0

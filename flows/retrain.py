@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, Optional
 from prefect import flow
 from prefect.runtime import flow_run
 
+from flows._server import patient_ephemeral_server, prefect_api  # noqa: F401 (re-export)
 from tasks import core
 from tasks._sources import production_trained_on
 from tasks._store import storage_root
@@ -211,28 +212,11 @@ def main(argv: Optional[list] = None) -> int:
     args = parser.parse_args(argv)
     storage = os.path.abspath(args.storage) if args.storage and "://" not in args.storage \
         else args.storage
-    with patient_ephemeral_server():
+    with prefect_api():
         retrain(pipeline=args.pipeline, source=args.source, storage=storage,
                 num_workers=args.workers, tune_samples=args.tune_samples,
                 tune_epochs=args.tune_epochs, train_epochs=args.epochs)
     return 0
-
-
-@contextlib.contextmanager
-def patient_ephemeral_server(timeout_s: int = 120) -> Iterator[None]:
-    """Settings for Prefect's ephemeral server (started when no ``PREFECT_API_URL`` is
-    set): more than its default 20 s to start (a busy 2-core machine needs it), and no
-    telemetry (it logs an error on a machine without internet access). Settings given in
-    the environment win."""
-    from prefect.settings import (PREFECT_SERVER_ANALYTICS_ENABLED,
-                                  PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-                                  temporary_settings)
-
-    updates = {setting: value for setting, value in (
-        (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, timeout_s),
-        (PREFECT_SERVER_ANALYTICS_ENABLED, False)) if setting.name not in os.environ}
-    with temporary_settings(updates=updates):
-        yield
 
 
 if __name__ == "__main__":
