@@ -42,6 +42,7 @@ def train_loop_per_worker():
 
     hvd.init()
     dataset_shard = session.get_dataset_shard("train")
+    torch.manual_seed(0)  # the same start on every run (rank 0's weights are broadcast)
     model = NeuralNetwork()
     loss_fn = nn.MSELoss()
     lr_scaler = 1
