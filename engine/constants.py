@@ -75,14 +75,6 @@ RAY_WORKER_NICENESS_ENV_VAR = _setting(
     "TRAINYARD_RAY_WORKER_NICENESS", DEFAULT_RAY_WORKER_NICENESS,
     "Niceness of the local Ray's worker processes (Ray's own default is 15).")
 
-# The local Ray's API server (the dashboard head that ``ray.init`` starts and waits for
-# even with include_dashboard=False): off, as trainyard starts Ray without a dashboard;
-# 1 keeps it, for Ray's state API (``ray list actors``, ``ray.util.state``).
-RAY_STATE_API_ENV_VAR = _setting(
-    "TRAINYARD_RAY_STATE_API", 0,
-    "1: the local Ray started by trainyard also runs Ray's API server, for `ray list "
-    "actors` / `ray.util.state` (off: it costs every run 0.7 s or more of Ray's start).")
-
 # Seconds to wait for the worker group's placement group before failing with advice.
 DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
 PLACEMENT_GROUP_TIMEOUT_ENV_VAR = _setting(

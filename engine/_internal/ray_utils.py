@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import threading
-from typing import Any, Optional
 
 from engine import constants
 
@@ -65,7 +64,7 @@ def _init_ray() -> None:
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
     niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
                                   constants.DEFAULT_RAY_WORKER_NICENESS))
-    with _quiet_ray_start(), _without_api_server():
+    with _quiet_ray_start():
         # address="local": start our own instance even when `ray start` (or a test's
         # Cluster) left /tmp/ray/ray_current_cluster behind, which ray.init() would
         # otherwise join — or fail on, when that cluster is gone.
@@ -112,40 +111,6 @@ def _stop_autoscaler_monitor() -> None:
                 proc.wait(timeout=2)
     except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
         pass
-
-
-@contextlib.contextmanager
-def _without_api_server():
-    """While the local instance starts: no API server (the dashboard head).
-
-    ``ray.init(include_dashboard=False)`` still starts the dashboard head with only its
-    usage-stats module and waits until it has registered: 0.7 s of every start on the
-    2-core VM when it is quiet, several seconds under load, and 1.1 CPU-seconds, for a
-    process that serves Ray's state API and nothing trainyard uses. Ray itself carries
-    on without it (it only warns when that start fails and no dashboard was asked
-    for). ``TRAINYARD_RAY_STATE_API=1`` keeps it, for ``ray list actors``. Best effort:
-    another Ray version's internals leave Ray's own start as it is."""
-    keep = os.environ.get(constants.RAY_STATE_API_ENV_VAR, "").strip().lower()
-    try:
-        from ray._private.node import Node
-
-        original = Node.start_api_server
-    except (ImportError, AttributeError):
-        original = None
-    if keep in ("1", "true", "yes") or original is None:
-        yield
-        return
-
-    def skip(self: Any, *, include_dashboard: Optional[bool], raise_on_failure: bool) -> None:
-        if include_dashboard:  # asked for explicitly: Ray's own start
-            original(self, include_dashboard=include_dashboard,
-                     raise_on_failure=raise_on_failure)
-
-    Node.start_api_server = skip
-    try:
-        yield
-    finally:
-        Node.start_api_server = original
 
 
 class _DropMessages(logging.Filter):

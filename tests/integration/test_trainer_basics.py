@@ -278,9 +278,7 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     dead cluster, which a plain ``ray.init()`` would try to join; and Ray's default
     renice of workers by 15 is undone, so training competes as torchrun's would. When
     the script ends, none of the instance's processes outlives it (the engine stops
-    Ray's autoscaler monitor itself at exit, ahead of Ray's slower shutdown). Ray's API
-    server (the dashboard head, started and waited for even without a dashboard) is
-    not started: actors with a runtime_env still run."""
+    Ray's autoscaler monitor itself at exit, ahead of Ray's slower shutdown)."""
     import shutil
     import subprocess
     import sys
@@ -298,10 +296,6 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
             "node = ray._private.worker._global_node\n"
             "print(sorted(i.process.pid for infos in node.all_processes.values() "
             "for i in infos))\n"
-            "print(sorted(node.all_processes))\n"
-            "env = {'env_vars': {'TY_PROBE': 'x'}}\n"
-            "print(ray.get(ray.remote(lambda: os.environ['TY_PROBE'])"
-            ".options(runtime_env=env).remote()))\n"
             "print(ray.get(ray.remote(lambda: os.nice(0)).remote()) - os.nice(0))\n")
     env = driver_env()
     env["RAY_TMPDIR"] = ray_tmp
@@ -312,9 +306,8 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "0" and lines[-2] == "x"
-    assert "dashboard" not in lines[-3] and "raylet" in lines[-3], lines[-3]
-    pids = json.loads(lines[-4])
+    assert lines[-1] == "0"
+    pids = json.loads(lines[-2])
     assert len(pids) >= 4  # GCS, raylet, monitor, log monitor, ...
     alive = [pid for pid in pids if _alive(pid)]
     assert not alive, f"Ray processes outlived the script: {alive}"
