@@ -36,11 +36,11 @@ def prefect_api(start_timeout_s: int = 120) -> Iterator[None]:
     if PREFECT_API_URL.value():
         yield
         return
-    url = background_server_url()
     mode = os.environ.get(SERVER_ENV_VAR, "").strip().lower()
     if mode not in ("", "background", "temporary"):
         raise ValueError(f"${SERVER_ENV_VAR}={mode!r}: use 'background' (start or reuse "
                          "`prefect server start --background`) or 'temporary'.")
+    url = background_server_url()
     if url is None and mode == "background":
         url = start_background_server(start_timeout_s)
     if url is None:
