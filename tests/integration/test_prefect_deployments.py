@@ -158,14 +158,23 @@ def _deployment_runs(name: str) -> list:
             id=DeploymentFilterId(any_=[deployment.id])))
 
 
-def _task_results(flow_run_id) -> Dict[str, Any]:
-    """``{task name: its completed state}`` of a flow run."""
+def _task_results(flow_run_id, *needed: str) -> Dict[str, Any]:
+    """``{task name: its completed state}`` of a flow run, once the ``needed`` tasks have
+    one: Prefect 3 clients send task-run states as events, which the server records after
+    the flow run itself may already read as completed (a task run is then listed with no
+    state yet)."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    with _client() as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name.rsplit("-", 1)[0]: r.state for r in runs if r.state.is_completed()}
+    def completed() -> Dict[str, Any]:
+        with _client() as client:
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        states = {r.name.rsplit("-", 1)[0]: r.state for r in runs
+                  if r.state is not None and r.state.is_completed()}
+        return states if all(name in states for name in needed) else {}
+
+    return _wait(f"the completed states of tasks {needed} of flow run {flow_run_id}",
+                 completed, 60)
 
 
 def _events(api: str, name: str) -> list:
@@ -194,7 +203,7 @@ def test_a_rejected_candidate_emits_rejected_notifies_and_starts_no_scoring(stac
     run = run_deployment(RETRAIN, timeout=600,
                          parameters={**FAST, "gate": {"accuracy": ">1"}})
     assert run.state.is_completed(), (run.state, stack["worker_log"].read_text()[-6000:])
-    decision = _task_results(run.id)["promote"].result()
+    decision = _task_results(run.id, "promote")["promote"].result()
     assert isinstance(decision, Promotion) and not decision.promoted
     candidate = decision.checkpoint.uri
     # The event, on the alias's resource, with the gate's reasons.
@@ -242,12 +251,13 @@ def test_the_schedule_retrains_and_the_promotion_triggers_scoring_with_that_mode
         client.pause_deployment(scheduled.deployment_id)
         # Pausing keeps the runs that waited for the manual one's slot: drop them too.
         for other in _deployment_runs(RETRAIN):
-            if other.auto_scheduled and other.id != scheduled.id and other.state.is_scheduled():
+            if (other.auto_scheduled and other.id != scheduled.id and other.state is not None
+                    and other.state.is_scheduled()):
                 client.delete_flow_run(other.id)
     run = _wait("the scheduled run to end", lambda: _final(scheduled.id), 600, log)
     assert run.state.is_completed(), (run.state, log.read_text()[-6000:])
     assert run.parameters["gate"] == {"accuracy": ">=0.3"}  # the deployment's own
-    results = _task_results(run.id)
+    results = _task_results(run.id, "promote", "train")
     decision = results["promote"].result()
     assert decision.promoted
     promoted = decision.checkpoint.uri
@@ -263,7 +273,7 @@ def test_the_schedule_retrains_and_the_promotion_triggers_scoring_with_that_mode
     scored_run = _wait("the scoring run to end", lambda: _final(scoring[0].id), 300, log)
     assert scored_run.state.is_completed(), (scored_run.state, log.read_text()[-6000:])
     assert scored_run.parameters["pipeline"] == "digits"
-    predictions = _task_results(scored_run.id)["batch_predict"].result()
+    predictions = _task_results(scored_run.id, "batch_predict")["batch_predict"].result()
     assert predictions.metadata["checkpoint_uri"] == promoted
     table = pq.read_table(predictions.uri)
     assert table.num_rows == predictions.num_rows == 1797
