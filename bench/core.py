@@ -142,6 +142,8 @@ class Workload:
         sizes: ``f(quick) -> dict`` of the sizes used, recorded in the JSON.
         rep_timeout_s: A repetition running longer is a hang: the runner dumps all
             stacks and exits.
+        in_default: False for rows that ``make bench`` skips unless named with
+            ``--only`` (the large-data rows of ``bench.scaling``, minutes each).
     """
 
     name: str
@@ -155,6 +157,7 @@ class Workload:
     sizes: Optional[Callable[[bool], Dict[str, Any]]] = None
     rep_timeout_s: float = 600.0
     notes: List[str] = field(default_factory=list)
+    in_default: bool = True
 
 
 REGISTRY: Dict[str, Workload] = {}

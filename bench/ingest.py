@@ -128,15 +128,21 @@ def run_anchor(ctx: Context, path: Path = None) -> Dict[str, Any]:
             "ingest_s": ingest_s}
 
 
-def _setup(quick: bool) -> None:
+def setup_rows(rows: int) -> None:
     import ray.data  # noqa: F401  (driver-side imports outside the timed repetitions)
 
     import engine.trainer  # noqa: F401
 
-    dataset_path(_rows(quick))
+    dataset_path(rows)
 
 
-register(Workload(
+def sizes_of(rows: int) -> Dict[str, Any]:
+    return {"rows": rows, "columns": COLUMNS, "dtype": "float32", "batch_size": BATCH_SIZE,
+            "row_group_rows": ROW_GROUP_ROWS, "num_workers": NUM_WORKERS,
+            "file": str(dataset_path(rows))}
+
+
+WORKLOAD = register(Workload(
     name="ingest",
     description=f"Parquet 10M rows x {COLUMNS} float32 (quick: 1M) into {NUM_WORKERS} workers "
                 f"as numpy batches of {BATCH_SIZE}",
@@ -150,10 +156,8 @@ register(Workload(
                "ours: rows / wall of fit() (worker start-up included); anchor: as rows_per_s"),
     ],
     ray_mode="warm",
-    setup=_setup,
-    sizes=lambda quick: {"rows": _rows(quick), "columns": COLUMNS, "dtype": "float32",
-                         "batch_size": BATCH_SIZE, "row_group_rows": ROW_GROUP_ROWS,
-                         "num_workers": NUM_WORKERS, "file": str(dataset_path(_rows(quick)))},
+    setup=lambda quick: setup_rows(_rows(quick)),
+    sizes=lambda quick: sizes_of(_rows(quick)),
     rep_timeout_s=900.0,
     notes=["The Parquet file is generated once into $BENCH_CACHE_DIR (default "
            "/tmp/trainyard_bench_cache) and reused.",

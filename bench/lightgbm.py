@@ -106,7 +106,7 @@ def side_single(train: str, valid: str, rounds: int, stamp: str, storage: str
 SIDES = {"ours": side_ours, "single": side_single}
 
 
-register(Workload(
+WORKLOAD = register(Workload(
     name="lightgbm",
     description="LightGBM 500k×28 binary, 50 rounds, 63 leaves: 2 workers vs 1 process",
     anchor="lightgbm.train(num_threads=2) in one process",

@@ -335,15 +335,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         importlib.import_module(mod)
     if args.list:
         for name, w in REGISTRY.items():
-            print(f"{name:16s} {w.description}  [anchor: {w.anchor}]")
+            opt_in = "" if w.in_default else "  (only with --only)"
+            print(f"{name:16s} {w.description}  [anchor: {w.anchor}]{opt_in}")
         return 0
-    names = list(REGISTRY)
+    names = [n for n, w in REGISTRY.items() if w.in_default]
     if args.only:
         unknown = [n for n in args.only if n not in REGISTRY]
         if unknown:
             print(f"unknown workload(s) {unknown}; known: {names}", file=sys.stderr)
             return 2
-        names = [n for n in names if n in args.only]
+        names = [n for n in REGISTRY if n in args.only]
     reps = args.reps if args.reps is not None else (1 if args.quick else 5)
     if reps < 1:
         print("--reps must be ≥ 1", file=sys.stderr)

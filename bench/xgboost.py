@@ -36,9 +36,14 @@ PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "tree_method
           "max_depth": 6, "eta": 0.1}
 
 
-def sizes(quick: bool) -> Dict[str, Any]:
-    return {"train_rows": 100_000 if quick else 500_000,
-            "valid_rows": 10_000 if quick else 50_000, "features": FEATURES,
+def sizes(quick: bool, train_rows: Optional[int] = None) -> Dict[str, Any]:
+    """The job's sizes; ``train_rows`` scales it (``bench.scaling``: 5M, 20M rows, a
+    validation set of a tenth of that, the same rounds)."""
+    if train_rows is None:
+        train_rows, valid_rows = (100_000, 10_000) if quick else (500_000, 50_000)
+    else:
+        valid_rows = train_rows // 10
+    return {"train_rows": train_rows, "valid_rows": valid_rows, "features": FEATURES,
             "rounds": 20 if quick else 50, "workers": NUM_WORKERS,
             "params": PARAMS}
 
@@ -48,10 +53,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BENCH_CACHE_DIR") or "/tmp/trainyard_bench_cache")
 
 
-def data_paths(quick: bool) -> Tuple[Path, Path]:
+# Up to this many rows the data is drawn in one piece (the 500k row's files, as they
+# always were); larger sets are drawn and written a million rows at a time.
+ONE_PIECE_ROWS = 2_000_000
+CHUNK_ROWS = 1_000_000
+
+
+def data_paths(quick: bool, train_rows: Optional[int] = None) -> Tuple[Path, Path]:
     """Train and validation Parquet files (28 float32 features + ``label``), HIGGS-like:
     a label from a noisy nonlinear function of the features. Generated on first use."""
-    s = sizes(quick)
+    s = sizes(quick, train_rows)
     base = cache_dir() / f"gbdt_{s['train_rows']}x{FEATURES}"
     paths = (base.with_name(base.name + "_train.parquet"),
              base.with_name(base.name + "_valid.parquet"))
@@ -64,10 +75,12 @@ def data_paths(quick: bool) -> Tuple[Path, Path]:
     base.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     n = s["train_rows"] + s["valid_rows"]
+    if n > ONE_PIECE_ROWS:
+        _write_in_chunks(paths, s["train_rows"], n, rng)
+        return paths
     x = rng.standard_normal((n, FEATURES), dtype=np.float32)
     w = rng.standard_normal(FEATURES).astype(np.float32)
-    logit = x @ w / 3 + np.sin(x[:, 0] * x[:, 1]) + 0.5 * x[:, 2] * x[:, 3]
-    y = (logit + rng.logistic(size=n) > 0).astype(np.int32)
+    y = _label(x, w, rng)
     for path, rows in zip(paths, (slice(0, s["train_rows"]), slice(s["train_rows"], n))):
         cols = {f"f{i}": x[rows, i] for i in range(FEATURES)}
         cols["label"] = y[rows]
@@ -75,6 +88,48 @@ def data_paths(quick: bool) -> Tuple[Path, Path]:
         pq.write_table(pa.table(cols), tmp, row_group_size=65_536)
         os.replace(tmp, path)
     return paths
+
+
+def _label(x: Any, w: Any, rng: Any) -> Any:
+    import numpy as np
+
+    logit = x @ w / 3 + np.sin(x[:, 0] * x[:, 1]) + 0.5 * x[:, 2] * x[:, 3]
+    return (logit + rng.logistic(size=len(x)) > 0).astype(np.int32)
+
+
+def _write_in_chunks(paths: Tuple[Path, Path], train_rows: int, n: int, rng: Any) -> None:
+    """The same distribution, a million rows at a time (20M rows would need 2.2 GB of
+    features at once); each file is renamed into place only when complete."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t0 = time.perf_counter()
+    w = rng.standard_normal(FEATURES).astype(np.float32)
+    schema = pa.schema([(f"f{i}", pa.float32()) for i in range(FEATURES)]
+                       + [("label", pa.int32())])
+    tmps = [p.with_name(p.name + f".{os.getpid()}.tmp") for p in paths]
+    writers = [pq.ParquetWriter(t, schema) for t in tmps]
+    try:
+        for start in range(0, n, CHUNK_ROWS):
+            stop = min(start + CHUNK_ROWS, n)
+            x = rng.standard_normal((stop - start, FEATURES), dtype=np.float32)
+            y = _label(x, w, rng)
+            cut = min(max(train_rows - start, 0), stop - start)  # rows that are train's
+            for writer, rows in ((writers[0], slice(0, cut)),
+                                 (writers[1], slice(cut, stop - start))):
+                if rows.stop > rows.start:
+                    arrays = [pa.array(x[rows, i]) for i in range(FEATURES)]
+                    writer.write_table(pa.Table.from_arrays(arrays + [pa.array(y[rows])],
+                                                            schema=schema),
+                                       row_group_size=65_536)
+    finally:
+        for writer in writers:
+            writer.close()
+    for tmp, path in zip(tmps, paths):
+        os.replace(tmp, path)
+    print(f"# generated {paths[0].name} and {paths[1].name} ({n:,} rows) in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
 
 
 # --- the span every side measures ---------------------------------------------------------
@@ -216,12 +271,14 @@ def side_roles(sides: Dict[str, Callable[..., Dict[str, Any]]]) -> Dict[str, Cal
     return {name: functools.partial(_timed_side, side) for name, side in sides.items()}
 
 
-def run_side(ctx: Context, side: str, module: str = "bench.xgboost") -> Dict[str, Any]:
+def run_side(ctx: Context, side: str, module: str = "bench.xgboost",
+             train_rows: Optional[int] = None) -> Dict[str, Any]:
     """Run one side in a fresh process: the whole wall, the in-training span, extras."""
-    train, valid = data_paths(ctx.quick)
+    train, valid = data_paths(ctx.quick, train_rows)
     stamp = ctx.workdir / "stamp.json"
     wall, out = run_child(ctx, module, side, {
-        "train": str(train), "valid": str(valid), "rounds": sizes(ctx.quick)["rounds"],
+        "train": str(train), "valid": str(valid),
+        "rounds": sizes(ctx.quick, train_rows)["rounds"],
         "stamp": str(stamp), "storage": str(ctx.workdir / "runs")}, log_name=side)
     marks = out.pop("marks", None)
     if marks:
@@ -235,7 +292,7 @@ _NOTES = ["Each side is a fresh process with its own Ray (ray_mode none); the an
           "in_training_s: one TrainingCallback on rank 0, before_training → after the "
           "report callback's after_training (final report and checkpoint done)."]
 
-register(Workload(
+WORKLOAD = register(Workload(
     name="xgboost",
     description="XGBoost 500k×28 binary, 50 rounds, hist, depth 6: 2 workers vs 1 process",
     anchor="xgboost.train(nthread=2) in one process",
