@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from engine import session
 from engine.checkpoint import Checkpoint
+from engine._internal.worker_pool import reuse_workers
 from engine.config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig,
                            ScalingConfig)
 from engine.exceptions import (CheckpointError, ConfigError, StorageError,
@@ -26,5 +27,5 @@ __all__ = [
     "Checkpoint", "Result", "report", "get_checkpoint", "get_context", "get_dataset_shard",
     "session", "save_checkpoint", "world_rank", "local_rank", "world_size",
     "TrainyardError", "TrainingFailedError", "ConfigError", "StorageError",
-    "CheckpointError", "WorkerError", "WorkerGroupStartupError",
+    "CheckpointError", "WorkerError", "WorkerGroupStartupError", "reuse_workers",
 ]

@@ -56,7 +56,15 @@ class BaseTrainer:
         a StorageError, another driver's live run a RunInProgressError, writing nothing)."""
         from engine._internal.trainer_state import save_trainer
 
-        controller = Controller(spec)
+        from engine._internal.worker_pool import resettable, shared_pool
+
+        pool = shared_pool()
+        if pool is not None and resettable(spec.backend_config):
+            # Inside engine.reuse_workers(): start on an idle group of the same shape
+            # (e.g. a tune's), and leave the workers to the block when done.
+            controller = Controller(spec, worker_group_cls=pool.factory(exclusive=True))
+        else:
+            controller = Controller(spec)
         controller.after_initialize = lambda: save_trainer(self, controller.storage)
         return controller.run()
 

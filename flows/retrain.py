@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, Optional
 from prefect import flow
 from prefect.runtime import flow_run
 
+import engine
 from flows._server import patient_ephemeral_server, prefect_api  # noqa: F401 (re-export)
 from tasks import core
 from tasks._sources import production_trained_on
@@ -120,15 +121,18 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
                   "on this training set; skipping training (skip_if_unchanged).")
             return {"pipeline": pipeline, "skipped": True, "dataset": data.uri,
                     "production": current.uri, "promoted": False}
-        tuned = tune_task.with_options(**retry)(
-            pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
-            scaling, {"storage": storage, "config": epochs_config(spec, tune_epochs),
-                      "max_failures": max_failures, "num_to_keep": 1, **jobs})
-        config = {**tuned.best_config, **(train_config or {}),
-                  **epochs_config(spec, train_epochs)}
-        ckpt = train_task.with_options(**retry)(
-            pipeline, splits, scaling, {"storage": storage, "config": config,
-                                        "max_failures": max_failures, **jobs})
+        # The final training starts on the tune's workers (when it drives Ray here);
+        # they stop at the end of the block, before scoring needs their CPUs.
+        with engine.reuse_workers():
+            tuned = tune_task.with_options(**retry)(
+                pipeline, splits, param_space, {"num_samples": tune_samples, "seed": seed},
+                scaling, {"storage": storage, "config": epochs_config(spec, tune_epochs),
+                          "max_failures": max_failures, "num_to_keep": 1, **jobs})
+            config = {**tuned.best_config, **(train_config or {}),
+                      **epochs_config(spec, train_epochs)}
+            ckpt = train_task.with_options(**retry)(
+                pipeline, splits, scaling, {"storage": storage, "config": config,
+                                            "max_failures": max_failures, **jobs})
         metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"], **jobs)
         promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate,
                                                        dataset=splits["validation"])

@@ -28,13 +28,13 @@ from engine._internal.run_record import _jsonable
 from engine._internal.stopping import StopCheck, make_stopper
 from engine._internal.trial import Trial
 from engine._internal.worker_group import WorkerGroup
+from engine._internal.worker_pool import WorkerGroupPool, group_key, shared_pool
 from engine.callbacks import Callback
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
 from engine.tune._config_space import expand, rebuild
 from engine.tune._experiment import ExperimentStore, storable_run_config, tuner_callbacks
-from engine.tune._pool import WorkerGroupPool, group_key
 from engine.tune._paused import PausedTrials
 from engine.tune._pbt import PBT_POLICY_FILE, copy_donor_checkpoint
 from engine.tune._progress import ProgressReporter
@@ -124,7 +124,11 @@ class TrialLoop:
             logger.info("reuse_actors=True is ignored for %s: its backend sets up each worker "
                         "group afresh.", trainable.name)
         reuse = trainable.reusable if reuse is None else (reuse and trainable.can_reuse)
-        self._pool = WorkerGroupPool() if reuse else None
+        # Inside engine.reuse_workers() the block's pool: its idle groups outlive the
+        # tune, for the fits and tunes after it.
+        shared = shared_pool() if reuse else None
+        self._owns_pool = shared is None
+        self._pool = (shared or WorkerGroupPool()) if reuse else None
         self._max_trials = searcher.total_trials or tune_config.num_samples
         self._paused = PausedTrials(self)
         self._capacity: Dict[str, float] = {}
@@ -164,7 +168,7 @@ class TrialLoop:
             self._save()
             raise
         finally:
-            if self._pool is not None:
+            if self._pool is not None and self._owns_pool:
                 self._pool.close()
         self._save()
         self._callbacks.call("on_experiment_end", self.trials)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import sys
 from typing import Any, Callable, Dict, Optional
 
 from engine._internal.backend import BackendConfig
 from engine._internal.controller import RunSpec
+from engine._internal.worker_pool import resettable
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
 
@@ -98,7 +98,7 @@ class TrainerTrainable(Trainable):
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.name = type(trainer).__name__
-        self.can_reuse = self.reusable = _resettable(getattr(trainer, "backend_config", None))
+        self.can_reuse = self.reusable = resettable(getattr(trainer, "backend_config", None))
 
     def base_run_config(self) -> Optional[RunConfig]:
         return getattr(self.trainer, "run_config", None)
@@ -134,16 +134,6 @@ class TrainerTrainable(Trainable):
 
     def train_loop_config(self, config):
         return self._configured(config).train_loop_config
-
-
-def _resettable(backend_config: Any) -> bool:
-    """Whether worker processes can serve another trial after this backend set them up:
-    none, or torch's process group (which the pool destroys between trials). Other
-    frameworks (TF_CONFIG, Horovod) start each trial on fresh workers."""
-    if type(backend_config) is BackendConfig:
-        return True
-    torch_config = sys.modules.get("engine.torch.config")
-    return torch_config is not None and type(backend_config) is torch_config.TorchConfig
 
 
 def _scaling_kwargs(scaling: Optional[ScalingConfig]) -> Dict[str, Any]:

@@ -1,18 +1,24 @@
-"""Reusing worker actors across trials (``TuneConfig(reuse_actors=True)``).
+"""Reusing worker actors across trials (``TuneConfig(reuse_actors=True)``) and, inside
+``engine.reuse_workers()``, across the fits and tunes of one process.
 
-A trial whose workers all finished hands its group to the pool instead of killing it
-(after a torch process group, if any, is destroyed on every worker); the next trial with
-the same shape (resources, worker count, env) starts on it, skipping the placement group
-and the process start. Idle groups still hold their placement group, so the trial loop
-counts them as used and evicts them when a trial of another shape needs room.
+A trial or fit whose workers all finished hands its group to the pool instead of killing
+it (after a torch process group, if any, is destroyed on every worker); the next trial or
+fit with the same shape (resources, worker count, env) starts on it, skipping the
+placement group and the process start. Idle groups still hold their placement group, so
+the trial loop counts them as used and evicts them when a trial of another shape needs
+room, and a fit that takes one stops the other idle groups first (its datasets' readers
+need the CPUs they hold).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from engine._internal.backend import BackendConfig
 from engine._internal.worker_group import WorkerGroup
 from engine.config import ScalingConfig
 
@@ -33,16 +39,19 @@ class WorkerGroupPool:
         self.closed = False
         self.reused = 0
 
-    def factory(self, assigned: Optional[WorkerGroup] = None) -> Callable[..., WorkerGroup]:
-        """The ``worker_group_cls`` to give a trial's controller; its first group starts
-        on ``assigned`` (an idle group the trial loop took for it) when given."""
+    def factory(self, assigned: Optional[WorkerGroup] = None, exclusive: bool = False
+                ) -> Callable[..., WorkerGroup]:
+        """The ``worker_group_cls`` to give a controller; its first group starts on
+        ``assigned`` (an idle group the trial loop took for it) when given. With
+        ``exclusive`` (a fit, which no trial loop makes room for), every other idle group
+        is stopped before the group starts."""
         pool = self
         first = [assigned] if assigned is not None else []
 
         def make(scaling: ScalingConfig, env: Optional[Dict[str, str]] = None,
                  needs_data_cpus: bool = False) -> WorkerGroup:
             return _PooledWorkerGroup(pool, scaling, env, needs_data_cpus,
-                                      first.pop() if first else None)
+                                      first.pop() if first else None, exclusive)
 
         return make
 
@@ -85,6 +94,13 @@ class WorkerGroupPool:
         victim.shutdown(graceful=True)  # idle: it exits cleanly, no SIGTERM noise
         return True
 
+    def evict_all(self) -> int:
+        """Stop every idle group; the number stopped."""
+        stopped = 0
+        while self.evict_one():
+            stopped += 1
+        return stopped
+
     def close(self) -> None:
         with self._lock:
             self.closed = True
@@ -100,14 +116,17 @@ class _PooledWorkerGroup(WorkerGroup):
 
     def __init__(self, pool: WorkerGroupPool, scaling: ScalingConfig,
                  env: Optional[Dict[str, str]] = None, needs_data_cpus: bool = False,
-                 assigned: Optional[WorkerGroup] = None) -> None:
+                 assigned: Optional[WorkerGroup] = None, exclusive: bool = False) -> None:
         super().__init__(scaling, env, needs_data_cpus)
         self._pool = pool
         self._key = group_key(scaling, self.env)
         self._assigned = assigned
+        self._exclusive = exclusive
 
     def start(self) -> None:
         idle, self._assigned = self._assigned or self._pool.take(self._key), None
+        if self._exclusive:
+            self._pool.evict_all()
         if idle is not None and _alive(idle):
             self.actors, self.meta = idle.actors, idle.meta
             self.placement_group = idle.placement_group
@@ -159,3 +178,62 @@ def _alive(group: WorkerGroup) -> bool:
     except Exception:  # died while idle: start a fresh group instead
         logger.info("An idle pooled worker group died; starting a new one.")
         return False
+
+
+def resettable(backend_config: Any) -> bool:
+    """Whether worker processes can serve another trial or fit after this backend set
+    them up: none, or torch's process group (which the pool destroys in between). Other
+    frameworks (TF_CONFIG, Horovod, the GBDT collectives) start on fresh workers."""
+    if type(backend_config) is BackendConfig:
+        return True
+    torch_config = sys.modules.get("engine.torch.config")
+    return torch_config is not None and type(backend_config) is torch_config.TorchConfig
+
+
+# --- one pool for a whole block of fits and tunes: engine.reuse_workers() --------------
+_shared: Optional[WorkerGroupPool] = None
+_shared_depth = 0
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> Optional[WorkerGroupPool]:
+    """The pool of the innermost open ``reuse_workers()`` block, if any (any thread)."""
+    return _shared
+
+
+@contextlib.contextmanager
+def reuse_workers() -> Iterator[WorkerGroupPool]:
+    """Keep finished worker groups for the fits and tunes that follow, in this process.
+
+        with engine.reuse_workers():
+            best = Tuner(trainer, param_space=...).fit().get_best_result()
+            TorchTrainer(..., train_loop_config=best.config).fit()  # the tune's workers
+
+    Inside the block a worker group whose training finished cleanly is kept (idle,
+    holding its resources) instead of stopped, and the next ``fit()`` or Tuner trial of
+    the same shape (workers, resources per worker, worker env) starts on its processes:
+    no placement group, process start or ``import torch`` again. Only backends that
+    leave nothing behind in a worker qualify (none, and torch's, whose process group is
+    destroyed in between); TensorFlow, Horovod and the GBDT trainers start fresh workers
+    as always. A ``fit()`` that takes an idle group stops the other idle ones first, and
+    leaving the outermost block stops all of them, so keep the block around the steps
+    that train (not around batch prediction, whose actors need those CPUs). Blocks nest
+    (the outermost one owns the pool) and hold across threads (e.g. Prefect tasks).
+    Runs on a Ray cluster of their own (Ray Jobs) are not affected.
+    """
+    global _shared, _shared_depth
+    with _shared_lock:
+        if _shared is None:
+            _shared = WorkerGroupPool()
+        _shared_depth += 1
+        pool = _shared
+    try:
+        yield pool
+    finally:
+        with _shared_lock:
+            _shared_depth -= 1
+            last = _shared_depth == 0
+            if last:
+                _shared = None
+        if last:
+            pool.close()
