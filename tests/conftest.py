@@ -47,6 +47,7 @@ SLOW_MODULES_FIRST = [
     "tests/integration/test_trainer_basics.py",
     "tests/integration/test_prefect_flows.py",
     "tests/integration/test_tune.py",
+    "tests/integration/test_worker_reuse.py",
     "tests/integration/test_predict.py",
     "tests/integration/test_tensorflow.py",
     "tests/integration/test_s3_storage.py",
