@@ -64,18 +64,75 @@ def _init_ray() -> None:
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
     niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
                                   constants.DEFAULT_RAY_WORKER_NICENESS))
-    with _quiet_ray_start():
-        # address="local": start our own instance even when `ray start` (or a test's
-        # Cluster) left /tmp/ray/ray_current_cluster behind, which ray.init() would
-        # otherwise join — or fail on, when that cluster is gone.
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                 log_to_driver=True, configure_logging=False,
-                 _system_config={"worker_niceness": niceness})
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        before = _child_pids()
+        try:
+            with _quiet_ray_start():
+                # address="local": start our own instance even when `ray start` (or a
+                # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
+                # ray.init() would otherwise join — or fail on, when that cluster is gone.
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         log_to_driver=True, configure_logging=False,
+                         _system_config={"worker_niceness": niceness})
+            break
+        except Exception as exc:
+            if attempt == LOCAL_START_ATTEMPTS or _START_TIMEOUT not in str(exc):
+                raise
+            # Ray gives its raylet a fixed 30 s to register; on a busy machine (CPU
+            # starved by other jobs) its agents can take longer to start. What it
+            # started is left running: stop it, then start again.
+            stopped = _stop_ray_children(before)
+            logger.warning("Ray's local start timed out (%s); stopped the %d processes it "
+                           "had started and starting it again (attempt %d of %d).",
+                           _START_TIMEOUT, stopped, attempt + 1, LOCAL_START_ATTEMPTS)
     global _started_here
     _started_here = True
     # Run before Ray's own exit handler (atexit runs the latest registered first).
     atexit.register(_freeze_heap_at_exit)
     atexit.register(_stop_autoscaler_monitor)
+
+
+# How Ray 2.60's Node reports a raylet that did not register with its GCS in 30 s.
+_START_TIMEOUT = "timed out during startup"
+LOCAL_START_ATTEMPTS = 2
+
+
+def _child_pids() -> set:
+    import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
+
+
+    try:
+        return {p.pid for p in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def _stop_ray_children(before: set) -> int:
+    """SIGKILL the Ray processes a failed local start left behind: this process's
+    children started since ``before`` that are Ray's (its GCS and raylet binaries, or
+    Python running Ray's own modules), with their children (agents, workers). The
+    reaper Ray starts beside them is kept: it only acts when this process exits."""
+    import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
+
+    victims = []
+    for child in psutil.Process().children():
+        if child.pid in before:
+            continue
+        try:
+            cmdline = " ".join(child.cmdline())
+            if "ray_process_reaper" in cmdline:
+                continue
+            if child.name() in ("gcs_server", "raylet") or f"{os.sep}ray{os.sep}" in cmdline:
+                victims += [child] + child.children(recursive=True)
+        except psutil.Error:
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(victims, timeout=10)
+    return len(victims)
 
 
 def _freeze_heap_at_exit() -> None:

@@ -93,7 +93,9 @@ def _deploy_file(tmp) -> str:
         config = yaml.safe_load(f)
     retrain = next(d for d in config["deployments"] if d["name"] == "retrain-digits")
     assert [s["cron"] for s in retrain["schedules"]] == ["0 3 * * 1"]  # as shipped
-    retrain["schedules"] = [{"cron": "* * * * *", "timezone": "UTC", "active": True}]
+    # Inactive until the schedule's own test turns it on: a run it started during another
+    # test would promote a model under that test's feet.
+    retrain["schedules"] = [{"cron": "* * * * *", "timezone": "UTC", "active": False}]
     retrain["parameters"].update(FAST, gate={"accuracy": ">=0.3"})
     path = tmp / "prefect.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -245,6 +247,10 @@ def test_the_schedule_retrains_and_the_promotion_triggers_scoring_with_that_mode
                        is not None and (r.state.is_running() or r.state.is_final())),
                       key=lambda r: r.expected_start_time)
 
+    with _client() as client:
+        deployment = client.read_deployment_by_name(RETRAIN)
+        for schedule in deployment.schedules:
+            client.update_deployment_schedule(deployment.id, schedule.id, active=True)
     scheduled = _wait("a run that the one-minute schedule started", started_by_the_schedule,
                       240, log)[0]
     with _client() as client:  # no more scheduled runs after this one
