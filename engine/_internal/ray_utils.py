@@ -100,7 +100,6 @@ LOCAL_START_ATTEMPTS = 2
 def _child_pids() -> set:
     import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
 
-
     try:
         return {p.pid for p in psutil.Process().children()}
     except psutil.Error:
