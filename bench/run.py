@@ -342,7 +342,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.only:
         unknown = [n for n in args.only if n not in REGISTRY]
         if unknown:
-            print(f"unknown workload(s) {unknown}; known: {names}", file=sys.stderr)
+            print(f"unknown workload(s) {unknown}; known: {list(REGISTRY)}", file=sys.stderr)
             return 2
         names = [n for n in REGISTRY if n in args.only]
     reps = args.reps if args.reps is not None else (1 if args.quick else 5)

@@ -32,7 +32,7 @@ import datetime
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from bench import ingest as _ingest
 from bench import lightgbm as _lightgbm
@@ -85,17 +85,23 @@ def _scaled_ingest(suffix: str, full: int, quick_rows: int) -> Workload:
 
 
 SCALED: List[Workload] = []
+# Every row of a scaling table: workload name -> (job, rows, rows with --quick).
+ROWS: Dict[str, Tuple[str, int, int]] = {
+    job: (job, BASE_ROWS[job], QUICK_BASE_ROWS[job]) for job in JUDGED}
 for _suffix, _full, _quick in GBDT_SCALES:
-    SCALED.append(register(_scaled_gbdt(_xgboost.WORKLOAD, "bench.xgboost", _suffix, _full,
-                                        _quick, _xgboost.PARAMS)))
-    SCALED.append(register(_scaled_gbdt(_lightgbm.WORKLOAD, "bench.lightgbm", _suffix,
-                                        _full, _quick, _lightgbm.PARAMS)))
+    for _base, _module, _params in ((_xgboost.WORKLOAD, "bench.xgboost", _xgboost.PARAMS),
+                                    (_lightgbm.WORKLOAD, "bench.lightgbm",
+                                     _lightgbm.PARAMS)):
+        SCALED.append(register(_scaled_gbdt(_base, _module, _suffix, _full, _quick,
+                                            _params)))
+        ROWS[SCALED[-1].name] = (_base.name, _full, _quick)
 for _suffix, _full, _quick in INGEST_SCALES:
     SCALED.append(register(_scaled_ingest(_suffix, _full, _quick)))
+    ROWS[SCALED[-1].name] = ("ingest", _full, _quick)
 
 
 def job_of(workload: str) -> str:
-    return workload.split("_", 1)[0] if workload.endswith(("_5m", "_20m")) else workload
+    return ROWS[workload][0] if workload in ROWS else workload
 
 
 def scaling_table(latest: Dict[str, Any], quick: bool = False) -> Dict[str, Any]:
@@ -103,18 +109,15 @@ def scaling_table(latest: Dict[str, Any], quick: bool = False) -> Dict[str, Any]
     ours, the anchor and the ratio, smallest first, and whether the judged metric's
     ratio at the largest size is no worse than at the base size."""
     base_rows = QUICK_BASE_ROWS if quick else BASE_ROWS
-    scales = {"xgboost": GBDT_SCALES, "lightgbm": GBDT_SCALES, "ingest": INGEST_SCALES}
     jobs: Dict[str, Any] = {}
     for row in latest["rows"]:
-        job = job_of(row["workload"])
-        if job not in JUDGED:
+        if row["workload"] not in ROWS:
             continue
-        suffix = row["workload"][len(job) + 1:]
-        size = base_rows[job] if not suffix else next(
-            (q if quick else f) for s, f, q in scales[job] if s == suffix)
+        job, full, quick_rows = ROWS[row["workload"]]
         jobs.setdefault(job, {}).setdefault(row["metric"], []).append({
-            "workload": row["workload"], "rows": size, "ours": row["ours"]["median"],
-            "anchor": row["anchor"]["median"], "ratio": row["ratio"]})
+            "workload": row["workload"], "rows": quick_rows if quick else full,
+            "ours": row["ours"]["median"], "anchor": row["anchor"]["median"],
+            "ratio": row["ratio"]})
     for job, metrics in jobs.items():
         for points in metrics.values():
             points.sort(key=lambda p: p["rows"])

@@ -64,8 +64,8 @@ def _init_ray() -> None:
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
     niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
                                   constants.DEFAULT_RAY_WORKER_NICENESS))
+    before = _child_pids()  # what a failed start must not touch
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
-        before = _child_pids()
         try:
             with _quiet_ray_start():
                 # address="local": start our own instance even when `ray start` (or a
