@@ -14,6 +14,9 @@ from engine.exceptions import ConfigError
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
 
+# The least time the ranks get to join the process group (see TorchConfig).
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 300
+
 
 @dataclass
 class TorchConfig(BackendConfig):
@@ -24,11 +27,16 @@ class TorchConfig(BackendConfig):
             ``use_gpu=True``, else gloo.
         init_method: ``"tcp"`` (rendezvous at rank 0) or ``"env"``.
         timeout_s: Seconds a collective may wait before it fails the run.
+        rendezvous_timeout_s: Seconds the workers may take to join the process group
+            (rank 0 hosts the rendezvous, so it counts from rank 0's start and covers
+            the other ranks' imports). Defaults to the larger of ``timeout_s`` and
+            300 s, so that a short collective timeout does not fail a slow start.
     """
 
     backend: Optional[str] = None
     init_method: str = "tcp"
     timeout_s: int = 1800
+    rendezvous_timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in ("gloo", "nccl"):
@@ -41,6 +49,17 @@ class TorchConfig(BackendConfig):
             )
         if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
             raise ConfigError(f"TorchConfig(timeout_s={self.timeout_s!r}) must be > 0.")
+        if self.rendezvous_timeout_s is not None and (
+                not isinstance(self.rendezvous_timeout_s, (int, float))
+                or self.rendezvous_timeout_s <= 0):
+            raise ConfigError(f"TorchConfig(rendezvous_timeout_s={self.rendezvous_timeout_s!r})"
+                              " must be > 0, or None for the default.")
+
+    @property
+    def effective_rendezvous_timeout_s(self) -> float:
+        if self.rendezvous_timeout_s is not None:
+            return float(self.rendezvous_timeout_s)
+        return float(max(self.timeout_s, DEFAULT_RENDEZVOUS_TIMEOUT_S))
 
     @property
     def backend_cls(self) -> type:
@@ -49,8 +68,13 @@ class TorchConfig(BackendConfig):
 
 def _setup_worker(backend: str, init_method: str, master: str, port: int, rank: int,
                   world_size: int, local_rank: int, local_world_size: int, node_rank: int,
-                  timeout_s: float, cuda_devices: Optional[str]) -> None:
-    """Runs on each worker: environment, CUDA device, and the process group."""
+                  timeout_s: float, rendezvous_timeout_s: float,
+                  cuda_devices: Optional[str]) -> None:
+    """Runs on each worker: environment, CUDA device, and the process group.
+
+    The rendezvous store is made here rather than by ``init_method``'s handler, which
+    would give it the collectives' timeout: with a short ``timeout_s`` a rank that
+    connects while rank 0 still imports torch would fail the start."""
     os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                       LOCAL_WORLD_SIZE=str(local_world_size), NODE_RANK=str(node_rank))
@@ -61,9 +85,11 @@ def _setup_worker(backend: str, init_method: str, master: str, port: int, rank: 
 
     if backend == "nccl" and torch.cuda.is_available():
         torch.cuda.set_device(_device_index(local_rank))
-    url = f"tcp://{master}:{port}" if init_method == "tcp" else "env://"
-    dist.init_process_group(backend=backend, init_method=url, rank=rank,
-                            world_size=world_size,
+    # "tcp" and "env" meet at the same place (rank 0's store at MASTER_ADDR:MASTER_PORT,
+    # both set above); torch's env:// handler would build this very store.
+    store = dist.TCPStore(master, port, world_size, is_master=rank == 0,
+                          timeout=datetime.timedelta(seconds=rendezvous_timeout_s))
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
@@ -89,7 +115,8 @@ class TorchBackend(Backend):
             refs.append(actor.execute.remote(
                 _setup_worker, backend, backend_config.init_method, master, port, rank,
                 len(worker_group), meta.local_rank, meta.local_world_size, meta.node_rank,
-                backend_config.timeout_s, cuda[rank]))
+                backend_config.timeout_s, backend_config.effective_rendezvous_timeout_s,
+                cuda[rank]))
         ray.get(refs)
 
     # No on_shutdown: the worker processes are stopped, which frees the process group;

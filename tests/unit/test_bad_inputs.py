@@ -51,6 +51,7 @@ BAD_CONFIGS = [
     (TorchConfig, {"backend": "mpi"}, "'gloo' or 'nccl'"),
     (TorchConfig, {"init_method": "file"}, "'tcp' or 'env'"),
     (TorchConfig, {"timeout_s": 0}, "must be > 0"),
+    (TorchConfig, {"rendezvous_timeout_s": 0}, "None for the default"),
     (TuneConfig, {"mode": "best"}, "'min' or 'max'"),
     (TuneConfig, {"num_samples": 0}, "integer >= 1"),
 ]
