@@ -75,6 +75,14 @@ RAY_WORKER_NICENESS_ENV_VAR = _setting(
     "TRAINYARD_RAY_WORKER_NICENESS", DEFAULT_RAY_WORKER_NICENESS,
     "Niceness of the local Ray's worker processes (Ray's own default is 15).")
 
+# The local instance without a dashboard still starts Ray's API server process (only its
+# usage-stats module) and ray.init() waits for it to publish its address: about a second
+# of every local start. The engine skips it; 1 starts it as Ray does.
+RAY_API_SERVER_ENV_VAR = _setting(
+    "TRAINYARD_RAY_API_SERVER", 0,
+    "1 starts the local Ray's API server process as Ray does (without the dashboard it "
+    "runs only Ray's usage-stats module); skipped by default, about a second per start.")
+
 # Seconds to wait for the worker group's placement group before failing with advice.
 DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
 PLACEMENT_GROUP_TIMEOUT_ENV_VAR = _setting(

@@ -67,7 +67,7 @@ def _init_ray() -> None:
     before = _child_pids()  # what a failed start must not touch
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _quiet_ray_start():
+            with _quiet_ray_start(), _without_api_server():
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
                 # ray.init() would otherwise join — or fail on, when that cluster is gone.
@@ -167,6 +167,41 @@ def _stop_autoscaler_monitor() -> None:
                 proc.wait(timeout=2)
     except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
         pass
+
+
+@contextlib.contextmanager
+def _without_api_server():
+    """Start the local instance without Ray's API server process.
+
+    With ``include_dashboard=False`` Ray 2.60 still starts its dashboard process, loading
+    only the usage-stats module, and ``ray.init()`` polls until the process has written
+    its address: 1.1–1.2 s of every local start on the 2-core development VM, for a
+    process the engine never talks to (without the dashboard, Ray's state API is not
+    among its modules either). ``TRAINYARD_RAY_API_SERVER=1`` keeps Ray's behaviour. Anything
+    unexpected (another Ray's internals) leaves the start to Ray."""
+    if os.environ.get(constants.RAY_API_SERVER_ENV_VAR, "0") == "1":
+        yield
+        return
+    try:
+        from ray._private.node import Node
+
+        original = Node.start_api_server
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def start_api_server(self, *, include_dashboard, raise_on_failure):
+        if include_dashboard:  # asked for: Ray's own start
+            return original(self, include_dashboard=include_dashboard,
+                            raise_on_failure=raise_on_failure)
+        logger.debug("Not starting Ray's API server (%s=1 starts it).",
+                     constants.RAY_API_SERVER_ENV_VAR)
+
+    Node.start_api_server = start_api_server
+    try:
+        yield
+    finally:
+        Node.start_api_server = original
 
 
 class _DropMessages(logging.Filter):
