@@ -271,7 +271,9 @@ def count_ray_objects() -> Dict[str, Any]:
 
     Prefers ``ray.util.state`` (needs the dashboard's API server); without it, reads the
     GCS tables directly (``ray._private.state.actors()`` and
-    ``ray.util.placement_group_table()``).
+    ``ray.util.placement_group_table()``). Whether an API server runs is read from the
+    address it publishes: with none (the engine's local Ray starts none), the state
+    API's client would wait tens of seconds for a connection inside the timed process.
     """
     global _STATE_API_OK
     import ray
@@ -279,6 +281,8 @@ def count_ray_objects() -> Dict[str, Any]:
     if not ray.is_initialized():
         return {"method": "no Ray connected in the runner", "actors_alive": None,
                 "placement_groups_alive": None, "actor_classes": {}}
+    if _STATE_API_OK is not False and not _api_server_published():
+        _STATE_API_OK = False
     if _STATE_API_OK is not False:
         try:
             from ray.util.state import list_actors, list_placement_groups
@@ -316,6 +320,17 @@ def count_ray_objects() -> Dict[str, Any]:
             "actor_classes": classes,
             "placement_group_states": sorted({str(pg.get("state")) for pg in pgs.values()}),
             "actor_ids": sorted(ids), "placement_group_ids": sorted(pgs)}
+
+
+def _api_server_published() -> bool:
+    try:
+        from ray._private import ray_constants
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        return bool(_internal_kv_get(ray_constants.DASHBOARD_ADDRESS,
+                                     namespace=ray_constants.KV_NAMESPACE_DASHBOARD))
+    except Exception:  # noqa: BLE001 - unknown: let the state API try
+        return True
 
 
 def new_since(before: Optional[Dict[str, Any]], after: Dict[str, Any]) -> Dict[str, Any]:
