@@ -15,7 +15,7 @@ import pytest
 
 import engine
 from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
-                    TrainingFailedError)
+                    TrainingFailedError, constants)
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
@@ -106,10 +106,24 @@ def _counting_func(config):
         if (marker and i == config["die_at"] and engine.get_context().get_world_rank() == 1
                 and not os.path.exists(marker)):
             open(marker, "w").close()
-            time.sleep(1.0)  # let the driver collect the rounds reported so far
+            _await_committed(i - 1)
             os.kill(os.getpid(), signal.SIGKILL)
         score = config["scores"][i] if "scores" in config else i
         engine.report({"i": i, "score": score}, checkpoint=Checkpoint.from_dict({"i": i}))
+
+
+def _await_committed(index: int, timeout_s: float = 120.0) -> None:
+    """Wait until the driver has committed checkpoint ``index`` of this run: reports are
+    collected asynchronously, so a worker killed right after reporting can take rounds
+    the driver has not collected yet with it (a fixed 1 s sleep here was not enough on
+    a loaded machine)."""
+    if index < 0:
+        return
+    marker = os.path.join(engine.get_context().get_trial_dir(),
+                          f"checkpoint_{index:06d}", constants.COMMIT_MARKER)
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("scored", [False, True])
