@@ -81,14 +81,51 @@ def retrain_run(ray_session, prefect_api, tmp_path_factory):
     return state, storage, killer
 
 
-def _task_runs(flow_run_id):
+def _recorded_task_runs(flow_run_id, ready, what: str, timeout_s: float = 120.0):
+    """The task runs of a flow run as the Prefect API lists them, once ``ready(runs)``
+    holds. Prefect 3 clients send task-run states as events from a background worker and
+    the server's task-run recorder writes them in batches, so a flow run can read as
+    finished while its task runs are not (all) recorded yet: send what is queued, then
+    poll."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
 
+    EventsWorker.drain_all(timeout=30)
+    deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
-        runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name.rsplit("-", 1)[0]: r for r in runs}  # task run names: <task>-<suffix>
+        while True:
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            if ready(runs):
+                return runs
+            if time.monotonic() > deadline:
+                seen = sorted(f"{r.name}: {r.state.type.value if r.state else None}"
+                              for r in runs)
+                raise AssertionError(f"after {timeout_s:.0f} s the API has not recorded "
+                                     f"{what} of flow run {flow_run_id}; it lists {seen}")
+            time.sleep(0.5)
+
+
+def _task_runs(flow_run_id, completed=(), failed=(), present=()):
+    """``{task name: task run}`` of a flow run (task run names: <task>-<suffix>), once
+    the tasks named in ``completed``/``failed`` are recorded in that state and those in
+    ``present`` in any final state."""
+    def by_name(runs):
+        return {r.name.rsplit("-", 1)[0]: r for r in runs}
+
+    def ready(runs):
+        named = by_name(runs)
+        def final(name, check):
+            run = named.get(name)
+            return run is not None and run.state is not None and check(run.state)
+        return (all(final(n, lambda s: s.is_completed()) for n in completed)
+                and all(final(n, lambda s: s.is_failed()) for n in failed)
+                and all(final(n, lambda s: s.is_final()) for n in present))
+
+    what = ", ".join([f"{n} completed" for n in completed] + [f"{n} failed" for n in failed]
+                     + [f"{n} finished" for n in present])
+    return by_name(_recorded_task_runs(flow_run_id, ready, what))
 
 
 def test_retrain_flow_completes_and_a_killed_train_task_resumes(retrain_run):
@@ -96,9 +133,8 @@ def test_retrain_flow_completes_and_a_killed_train_task_resumes(retrain_run):
     assert state.is_completed(), state
     summary = state.result()
     assert killer.killed_pid is not None, "the train run never reached its 2nd epoch"
-    runs = _task_runs(state.state_details.flow_run_id)
-    assert set(runs) >= {"ingest", "split", "tune", "train", "evaluate", "promote",
-                         "batch_predict", "report"}
+    runs = _task_runs(state.state_details.flow_run_id, completed=(
+        "ingest", "split", "tune", "train", "evaluate", "promote", "batch_predict", "report"))
     train = runs["train"]
     assert train.state.is_completed() and train.run_count == 2  # failed once, retried
     # The retry resumed the same engine run from its latest checkpoint.
@@ -163,7 +199,8 @@ def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
 
     state, storage, _ = retrain_run
     summary = state.result()
-    runs = _task_runs(state.state_details.flow_run_id)
+    runs = _task_runs(state.state_details.flow_run_id,
+                      completed=("ingest", "split", "tune", "train", "promote"))
     # Read back through the API and the result store (not the in-memory values).
     ingested = runs["ingest"].state.result()
     splits = runs["split"].state.result()
@@ -226,18 +263,12 @@ def test_two_train_calls_in_one_flow_run_train_two_runs(ray_session, prefect_api
     assert [r["state"] for r in records] == ["FINISHED", "FINISHED"]
     assert records[0].get("restores", 0) == 0 and records[1]["restores"] == 1
     assert [row["epoch"] for row in records[1]["history"]] == list(range(epochs))
-    train_runs = [r for r in _all_task_runs(state.state_details.flow_run_id)
-                  if r.name.startswith("train")]
+    train_runs = [r for r in _recorded_task_runs(
+        state.state_details.flow_run_id,
+        lambda runs: sum(r.name.startswith("train") and r.state is not None
+                         and r.state.is_completed() for r in runs) == 2,
+        "both train runs completed") if r.name.startswith("train")]
     assert sorted(r.run_count for r in train_runs) == [1, 2]
-
-
-def _all_task_runs(flow_run_id):
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    with get_client(sync_client=True) as client:
-        return client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
 
 
 def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefect_api,
@@ -247,8 +278,7 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
     and the API), task state message or printed/logged line of the run."""
     from prefect import flow
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
-                                                FlowRunFilter, FlowRunFilterId)
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     from flows.retrain import retrain
     from tests.conftest import FAKE_AWS_SECRET
@@ -271,11 +301,11 @@ def test_s3_credentials_never_reach_artifacts_results_or_logs(ray_session, prefe
     assert summary["promoted"], summary
     assert summary["checkpoint"].startswith(f"s3://{s3_server.bucket}/prefect-secrets/")
     flow_run_id = state.state_details.flow_run_id
+    task_runs = list(_task_runs(flow_run_id, completed=(
+        "ingest", "split", "tune", "train", "evaluate", "promote", "batch_predict")).values())
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
-        task_runs = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
         flow_run = client.read_flow_run(flow_run_id)
         blocks = [client.read_block_document(r.state.data.storage_block_id).data
                   for r in task_runs if getattr(r.state.data, "storage_block_id", None)]
@@ -404,7 +434,7 @@ def test_task_results_on_an_s3_root_are_read_back_by_another_process(
 
     state = ingest_once(return_state=True)
     ref = state.result()
-    run = _task_runs(state.state_details.flow_run_id)["ingest"]
+    run = _task_runs(state.state_details.flow_run_id, completed=("ingest",))["ingest"]
     record = run.state.data  # the result's metadata: the block and the key
     with get_client(sync_client=True) as client:
         block = client.read_block_document(record.storage_block_id)
@@ -479,7 +509,8 @@ def test_flow_window_ends_at_the_scheduled_time_and_bad_data_stops_before_traini
             scheduled_time=datetime(2026, 11, 26, tzinfo=timezone.utc)))
     state = run_flow(retrain, flow_run=flow_run, parameters=params, return_type="state")
     assert state.is_failed()
-    runs = _task_runs(state.state_details.flow_run_id)
+    runs = _task_runs(state.state_details.flow_run_id, completed=("ingest",),
+                      failed=("validate",))
     ingested = runs["ingest"].state.result()
     assert (ingested.metadata["first_partition"], ingested.metadata["last_partition"]) == (
         "date=2026-11-19", "date=2026-11-25")
@@ -521,7 +552,8 @@ def test_flow_skips_training_when_production_was_trained_on_this_data(
     _daily_partitions(source, [23])
     state = retrain(pipeline=events_pipeline, source=source, storage=storage,
                     incremental=True, skip_if_unchanged=True, return_state=True)
-    runs = _task_runs(state.state_details.flow_run_id)
+    runs = _task_runs(state.state_details.flow_run_id, completed=("ingest", "validate"),
+                      present=("tune",))
     assert "tune" in runs and runs["validate"].state.is_completed()
     from tasks.validate import ValidationReport
 
