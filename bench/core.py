@@ -281,7 +281,7 @@ def count_ray_objects() -> Dict[str, Any]:
     if not ray.is_initialized():
         return {"method": "no Ray connected in the runner", "actors_alive": None,
                 "placement_groups_alive": None, "actor_classes": {}}
-    if _STATE_API_OK is not False and not _api_server_published():
+    if _STATE_API_OK is None and not _api_server_published():
         _STATE_API_OK = False
     if _STATE_API_OK is not False:
         try:

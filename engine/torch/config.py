@@ -25,7 +25,8 @@ class TorchConfig(BackendConfig):
     Args:
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU). Defaults to nccl with
             ``use_gpu=True``, else gloo.
-        init_method: ``"tcp"`` (rendezvous at rank 0) or ``"env"``.
+        init_method: ``"tcp"`` or ``"env"`` (Ray Train's spellings): either way the
+            ranks meet at rank 0's store, and ``MASTER_ADDR``/``MASTER_PORT`` are set.
         timeout_s: Seconds a collective may wait before it fails the run.
         rendezvous_timeout_s: Seconds the workers may take to join the process group
             (rank 0 hosts the rendezvous, so it counts from rank 0's start and covers
@@ -47,11 +48,9 @@ class TorchConfig(BackendConfig):
             raise ConfigError(
                 f"TorchConfig(init_method={self.init_method!r}) is unknown: use 'tcp' or 'env'."
             )
-        if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+        if not _positive(self.timeout_s):
             raise ConfigError(f"TorchConfig(timeout_s={self.timeout_s!r}) must be > 0.")
-        if self.rendezvous_timeout_s is not None and (
-                not isinstance(self.rendezvous_timeout_s, (int, float))
-                or self.rendezvous_timeout_s <= 0):
+        if self.rendezvous_timeout_s is not None and not _positive(self.rendezvous_timeout_s):
             raise ConfigError(f"TorchConfig(rendezvous_timeout_s={self.rendezvous_timeout_s!r})"
                               " must be > 0, or None for the default.")
 
@@ -64,6 +63,10 @@ class TorchConfig(BackendConfig):
     @property
     def backend_cls(self) -> type:
         return TorchBackend
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and value > 0
 
 
 def _setup_worker(backend: str, init_method: str, master: str, port: int, rank: int,
