@@ -59,6 +59,20 @@ def start_worker(env: dict, cwd: Path, logs: Path) -> subprocess.Popen:
         stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
 
 
+def drain_event_and_log_workers() -> None:
+    """Send what this process's Prefect events and log workers hold, and stop them.
+    They are process-wide singletons whose client is bound to the API URL of the moment
+    they started (an events worker is keyed by its client type, not by the URL): one left
+    from an earlier server would send a later server's task-run events to the first,
+    and the API would never record those task runs. The next event or log line starts
+    a fresh worker for the current URL."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        worker.drain_all(timeout=30)
+
+
 @contextlib.contextmanager
 def prefect_server(env: dict, port: int, cwd: Path, logs: Path
                    ) -> Iterator[List[subprocess.Popen]]:
@@ -80,9 +94,13 @@ def prefect_server(env: dict, port: int, cwd: Path, logs: Path
     try:
         wait_healthy(f"{api}/health", server, 180)
         with temporary_settings(updates={PREFECT_API_URL: api}):
-            with get_client(sync_client=True) as client:
-                client.create_work_pool(WorkPoolCreate(name=POOL, type="process"))
-            yield procs
+            try:
+                with get_client(sync_client=True) as client:
+                    client.create_work_pool(WorkPoolCreate(name=POOL, type="process"))
+                yield procs
+            finally:
+                # While the server still answers: send what this process queued for it.
+                drain_event_and_log_workers()
     finally:
         for proc in [*procs, server]:
             stop(proc)

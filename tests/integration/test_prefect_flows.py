@@ -25,10 +25,43 @@ def prefect_api(tmp_path_factory):
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
+    from tests.prefect_server import drain_event_and_log_workers
+
     results = tmp_path_factory.mktemp("prefect_results")
+    # An events worker left by an earlier test of this process would keep sending to
+    # the server it started with (CI: no task run of these flows was ever recorded).
+    drain_event_and_log_workers()
     with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: str(results)}):
         with prefect_test_harness(server_startup_timeout=180):
+            _events_reach_the_api()
             yield results
+
+
+def _events_reach_the_api(timeout_s: float = 120.0) -> None:
+    """Emit an event from this process and wait until the API lists it: task runs are
+    recorded from such events, so the flows below are checked only once they arrive."""
+    import uuid
+
+    import httpx
+    from prefect.events import emit_event
+    from prefect.settings import PREFECT_API_URL
+
+    from tests.prefect_server import drain_event_and_log_workers
+
+    resource = f"trainyard.test.probe.{uuid.uuid4()}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        emit_event(event="trainyard.test.probe", resource={"prefect.resource.id": resource})
+        drain_event_and_log_workers()
+        answer = httpx.post(f"{PREFECT_API_URL.value()}/events/filter", timeout=30, json={
+            "filter": {"resource": {"id": [resource]}}, "limit": 1})
+        answer.raise_for_status()
+        if answer.json()["events"]:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"an event emitted here did not reach the Prefect API at "
+                                 f"{PREFECT_API_URL.value()} in {timeout_s:.0f} s")
+        time.sleep(1.0)
 
 
 class KillTrainWorkerOnce(threading.Thread):
