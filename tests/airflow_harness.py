@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,9 +39,9 @@ TERMINAL = {"success", "failed"}
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.conftest import _free_port as draw  # outside the ephemeral range
+
+    return draw()
 
 
 def _descendants(pid: int) -> list:

@@ -23,11 +23,9 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 def free_port() -> int:
-    import socket
+    from tests.conftest import _free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_port()
 
 
 class RayHead:

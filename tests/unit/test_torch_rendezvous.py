@@ -8,7 +8,6 @@ when rank 1 is ready. No Ray: this is the set-up function the backend runs on ea
 from __future__ import annotations
 
 import multiprocessing
-import socket
 import time
 
 import pytest
@@ -19,9 +18,9 @@ torch = pytest.importorskip("torch")
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.conftest import _free_port as draw  # outside the ephemeral range
+
+    return draw()
 
 
 def _rank(rank: int, port: int, delay_s: float, timeout_s: float, rendezvous_s: float,
