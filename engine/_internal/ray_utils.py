@@ -94,7 +94,7 @@ def _init_ray() -> None:
 
 # How Ray 2.60's Node reports a raylet that did not register with its GCS in 30 s.
 _START_TIMEOUT = "timed out during startup"
-LOCAL_START_ATTEMPTS = 2
+LOCAL_START_ATTEMPTS = 3
 
 
 def _child_pids() -> set:
