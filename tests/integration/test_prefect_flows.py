@@ -122,9 +122,9 @@ def _recorded_task_runs(flow_run_id, ready, what: str, timeout_s: float = 120.0)
     poll."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.events.worker import EventsWorker
+    from tests.prefect_server import drain_event_and_log_workers
 
-    EventsWorker.drain_all(timeout=30)
+    drain_event_and_log_workers()
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
