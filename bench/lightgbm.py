@@ -70,6 +70,10 @@ def _stamps(out: str) -> list:
 
 
 def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> Dict[str, Any]:
+    # As bench.xgboost's: Ray starts in a thread while the script imports.
+    from engine.runtime import ensure_ray
+
+    ensure_ray(background=True)
     from engine import RunConfig, ScalingConfig
     from engine.lightgbm import LightGBMTrainer
 

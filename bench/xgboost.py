@@ -158,6 +158,11 @@ def _span(path: Path) -> float:
 
 # --- the sides, each in its own process ---------------------------------------------------
 def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> Dict[str, Any]:
+    # The script's first lines, as the README recommends: Ray's local start runs in a
+    # thread while the script imports (fit() waits for it).
+    from engine.runtime import ensure_ray
+
+    ensure_ray(background=True)
     from engine import RunConfig, ScalingConfig
     from engine.xgboost import XGBoostTrainer
 

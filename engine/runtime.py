@@ -8,12 +8,20 @@ cluster in ``RAY_ADDRESS`` when set; otherwise it starts a local instance with a
 overrides), so that Ray Data tasks have room beside the training workers. A second
 call does nothing.
 
+``ensure_ray(background=True)`` starts it in a thread and returns at once: put it at
+the top of a script, before the framework's imports, and the seconds Ray's local start
+takes pass while the script imports and prepares its inputs; ``fit()`` waits for the
+start (and raises its error, if it failed). The pipeline steps (``tasks.train``,
+``tasks.tune``) do this themselves.
+
 Example::
 
     from engine.runtime import ensure_ray
 
-    ensure_ray()
-    ds = ray.data.read_parquet(path)
+    ensure_ray(background=True)
+    import torch  # imports while Ray starts
+    ...
+    trainer.fit()  # waits for Ray's start if it is still running
 """
 
 from __future__ import annotations

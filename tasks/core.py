@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from engine.exceptions import ConfigError, TrainyardError
+from engine.runtime import ensure_ray
 from engine.storage import Storage, default_root, join, redact
 from tasks import _datasets, _jobs, _predict, _registry, _store, _training
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
@@ -194,6 +195,7 @@ def train(pipeline: str, datasets: Mapping[str, DatasetLike],
                                    run=run))
     if job is not None:
         return job.run()
+    ensure_ray(background=True)  # Ray starts while the pipeline's framework imports
     spec = get_pipeline(pipeline)
     settings = _training.RunSettings.parse(run)
     refs = _training.train_datasets(datasets)
@@ -243,6 +245,7 @@ def tune(pipeline: str, datasets: Mapping[str, DatasetLike],
                                   scaling=scaling, run=run))
     if job is not None:
         return job.run()
+    ensure_ray(background=True)  # Ray starts while the pipeline's framework imports
     from engine.tune import Tuner
     from pipelines import get_pipeline
 

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 
 from engine import constants
 
@@ -26,7 +27,7 @@ def started_by_trainyard() -> bool:
     return _started_here
 
 
-def ensure_ray() -> None:
+def ensure_ray(background: bool = False) -> None:
     """Start or join Ray once per process.
 
     With ``RAY_ADDRESS`` set, joins that cluster. Otherwise starts a local instance with
@@ -35,14 +36,65 @@ def ensure_ray() -> None:
 
     Thread-safe: a call while another thread is starting or joining Ray waits for it
     (a Ray job's driver joins its cluster in the background while it imports).
+
+    ``background=True`` returns at once and starts (or joins) Ray in a thread, so that
+    the seconds Ray's start takes pass while the caller imports its framework and
+    prepares its inputs. The next plain call (every ``fit()`` makes one) waits for it;
+    if the background start failed, that call starts Ray again itself and raises its
+    error in the caller's thread.
     """
     import ray
 
     if ray.is_initialized():
         return
+    if background:
+        _start_in_background()
+        return
     with _init_lock:
         if not ray.is_initialized():
             _init_ray()
+
+
+_background_thread: "threading.Thread | None" = None
+
+
+def _start_in_background() -> None:
+    global _background_thread
+    with _background_lock:
+        if _background_thread is not None:
+            return
+        if threading.current_thread() is threading.main_thread():
+            # What ray.init() does in the main thread and cannot do from another: a
+            # SIGTERM ends the script through its exit handlers (Ray's shutdown).
+            import ray._private.utils
+
+            ray._private.utils.set_sigterm_handler(_exit_on_sigterm)
+        logging.getLogger("ray._private.worker").addFilter(_NOT_MAIN_THREAD_NOTICE)
+
+        def start() -> None:
+            try:
+                ensure_ray()
+            except Exception as exc:  # noqa: BLE001 - the next ensure_ray() raises it
+                logger.debug("Ray's background start failed (%s); the next call retries.",
+                             exc)
+                return
+            # Ray starts its GCS and raylet with PR_SET_PDEATHSIG, which Linux fires when
+            # the *thread* that started them ends, not the process: this thread must
+            # outlive the instance. It waits here until the process exits.
+            threading.Event().wait()
+
+        _background_thread = threading.Thread(target=start, name="trainyard-ray-start",
+                                              daemon=True)
+        _background_thread.start()
+
+
+_background_lock = threading.Lock()
+
+
+def _exit_on_sigterm(signum, frame):  # the handler ray.init() installs in the main thread
+    import sys
+
+    sys.exit(signum)
 
 
 def _init_ray() -> None:
@@ -67,7 +119,7 @@ def _init_ray() -> None:
     before = _child_pids()  # what a failed start must not touch
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _quiet_ray_start(), _without_api_server():
+            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait():
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
                 # ray.init() would otherwise join — or fail on, when that cluster is gone.
@@ -204,6 +256,51 @@ def _without_api_server():
         Node.start_api_server = original
 
 
+@contextlib.contextmanager
+def _prompt_registration_wait():
+    """Let ``ray.init()`` see the raylet's registration as soon as it happens.
+
+    After starting the raylet, Ray 2.60's ``Node`` asks the GCS for the node once and the
+    GCS client's lookup retries only once a second: the start took 2.1 s or 3.1 s on the
+    2-core development VM depending on where the registration fell in that second. Here
+    the lookup first polls the GCS's node table every 50 ms (up to Ray's own 30 s), so
+    Ray's lookup then finds the node at once. Anything unexpected (another Ray's
+    internals) leaves the wait to Ray."""
+    try:
+        import ray._private.services as services
+        from ray._private.state import GlobalState
+
+        original = services.get_node
+        client_options = services._get_gcs_client_options
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def get_node(gcs_address, node_id):
+        try:
+            state = GlobalState()
+            state._initialize_global_state(client_options(gcs_address))
+            deadline = time.monotonic() + _REGISTRATION_WAIT_S
+            while time.monotonic() < deadline:
+                if any(n.get("NodeID") == node_id for n in state.node_table()):
+                    break
+                time.sleep(0.05)
+            state.disconnect()
+        except Exception as exc:  # noqa: BLE001 - Ray's own lookup still runs below
+            logger.debug("Polling the GCS for the raylet's registration failed: %s", exc)
+        return original(gcs_address, node_id)
+
+    services.get_node = get_node
+    try:
+        yield
+    finally:
+        services.get_node = original
+
+
+# Ray's own limit on the raylet's registration (ray/_private/node.py).
+_REGISTRATION_WAIT_S = 30.0
+
+
 class _DropMessages(logging.Filter):
     def __init__(self, fragments: tuple) -> None:
         super().__init__()
@@ -212,6 +309,11 @@ class _DropMessages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         return not any(f in message for f in self.fragments)
+
+
+# Ray's notice that ray.init() outside the main thread sets no SIGTERM handler: a
+# background start sets Ray's handler itself, from the caller's (main) thread.
+_NOT_MAIN_THREAD_NOTICE = _DropMessages(("SIGTERM handler is not set",))
 
 
 @contextlib.contextmanager

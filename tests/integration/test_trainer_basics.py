@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -339,6 +340,72 @@ def test_local_ray_starts_without_the_api_server_unless_asked():
         assert out.returncode == 0, out.stderr[-2000:]
         seen[value] = out.stdout.strip().splitlines()[-3:]
     assert seen == {"0": ["42", "False", "False"], "1": ["42", "True", "True"]}
+
+
+_BACKGROUND_SCRIPT = """
+import json, os, sys, time
+from engine.runtime import ensure_ray
+
+ensure_ray(background=True)   # returns at once: Ray starts while the script imports
+import torch  # noqa: F401
+import ray
+import engine
+from engine import RunConfig, ScalingConfig
+from engine.trainer import DataParallelTrainer
+
+ensure_ray()                  # waits for the background start
+time.sleep(1.0)               # the start's thread is long done with ray.init() here
+node = ray._private.worker._global_node
+print(json.dumps(sorted(i.process.pid for infos in node.all_processes.values()
+                        for i in infos)), flush=True)
+
+def train(config):
+    engine.report({"rank": engine.get_context().get_world_rank()})
+
+result = DataParallelTrainer(train, scaling_config=ScalingConfig(num_workers=2),
+                             run_config=RunConfig(storage_path=sys.argv[1], verbose=0)).fit()
+print("fit", result.metrics["training_iteration"], flush=True)
+if sys.argv[2] == "wait":
+    time.sleep(300)           # the test sends SIGTERM here
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "sigterm"])
+def test_ray_started_in_the_background_serves_the_fit_and_ends_with_the_script(
+        tmp_path, ending):
+    """``ensure_ray(background=True)`` at the top of a script: the fit runs on that
+    instance after the thread that started it has returned from ``ray.init()`` (Ray's
+    GCS and raylet die with the thread that started them unless it lives on), and the
+    instance's processes end with the script, on a normal exit and on SIGTERM (the
+    handler ray.init() sets only in the main thread)."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.subprocess_env import driver_env
+
+    script = tmp_path / "script.py"
+    script.write_text(_BACKGROUND_SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "runs"),
+         "wait" if ending == "sigterm" else "exit"],
+        env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(proc.stdout.readline() or "null")
+        assert pids, proc.communicate(timeout=60)[1][-3000:]
+        assert proc.stdout.readline().strip() == "fit 1", proc.communicate(timeout=60)[1][-3000:]
+        if ending == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == (signal.SIGTERM if ending == "sigterm" else 0)
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "Ray processes outlived the script"
 
 
 def _alive(pid: int) -> bool:

@@ -90,3 +90,100 @@ def test_other_start_errors_are_not_retried(fake_start):
     with pytest.raises(ValueError, match="num_cpus"):
         ray_utils._init_ray()
     assert len(calls) == 1
+
+
+@pytest.fixture
+def background_start(monkeypatch):
+    """ensure_ray(background=True) with Ray's init played by a function that waits for
+    the test's go-ahead; ray.is_initialized() is true once an init has returned."""
+    import threading
+
+    import ray
+
+    started = threading.Event()
+    monkeypatch.setattr(ray_utils, "_background_thread", None)
+    monkeypatch.setattr(ray, "is_initialized", started.is_set)
+    handlers = []
+    import ray._private.utils as ray_private_utils
+    monkeypatch.setattr(ray_private_utils, "set_sigterm_handler", handlers.append)
+
+    def install(init):
+        def fake_init_ray():
+            init()
+            started.set()
+        monkeypatch.setattr(ray_utils, "_init_ray", fake_init_ray)
+        return started, handlers
+
+    return install
+
+
+def test_a_background_start_returns_at_once_and_fit_waits_for_it(background_start):
+    import threading
+    import time
+
+    go = threading.Event()
+    calls = []
+
+    def slow():
+        calls.append(threading.current_thread().name)
+        go.wait(10)
+
+    started, handlers = background_start(slow)
+    t0 = time.monotonic()
+    ray_utils.ensure_ray(background=True)
+    assert time.monotonic() - t0 < 1.0 and not started.is_set()
+    ray_utils.ensure_ray(background=True)  # a second request starts nothing more
+    waiter = threading.Thread(target=ray_utils.ensure_ray)  # what fit() calls
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive(), "the plain call must wait for the background start"
+    go.set()
+    waiter.join(10)
+    assert started.is_set() and not waiter.is_alive()
+    assert calls == ["trainyard-ray-start"]  # one start, in the background thread
+    # Called from the main thread: Ray's own SIGTERM handler (exit through Ray's
+    # shutdown), which ray.init() sets only when it runs in the main thread.
+    assert handlers == [ray_utils._exit_on_sigterm]
+
+
+def test_a_failed_background_start_is_raised_by_the_next_call(background_start):
+    attempts = []
+
+    def fails_once():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("raylet missed its registration")
+        raise RuntimeError("still failing: port 6379 in use")
+
+    background_start(fails_once)
+    ray_utils.ensure_ray(background=True)
+    ray_utils._background_thread.join(10)
+    with pytest.raises(RuntimeError, match="port 6379 in use"):
+        ray_utils.ensure_ray()  # starts again itself and raises in the caller's thread
+    assert len(attempts) == 2
+
+
+def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
+    """Ray's own lookup of the new node retries once a second; the engine first polls
+    the GCS's node table, so Ray's lookup (still the one that answers) runs once the
+    node is there. Ray's lookup is restored after the start."""
+    import ray._private.services as services
+    from ray._private.state import GlobalState
+
+    tables = [[], [{"NodeID": "other"}], [{"NodeID": "n1"}]]
+    polls, lookups = [], []
+    monkeypatch.setattr(GlobalState, "_initialize_global_state", lambda self, options: None)
+    monkeypatch.setattr(GlobalState, "disconnect", lambda self: None)
+    monkeypatch.setattr(GlobalState, "node_table",
+                        lambda self: polls.append(1) or tables[min(len(polls), 3) - 1])
+    monkeypatch.setattr(services, "_get_gcs_client_options", lambda address: address)
+
+    def ray_lookup(gcs_address, node_id):
+        lookups.append((gcs_address, node_id, len(polls)))
+        return {"node_id": node_id}
+
+    monkeypatch.setattr(services, "get_node", ray_lookup)
+    with ray_utils._prompt_registration_wait():
+        assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
+    assert lookups == [("127.0.0.1:6379", "n1", 3)]  # after the poll that saw it
+    assert services.get_node is ray_lookup
