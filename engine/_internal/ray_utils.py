@@ -263,9 +263,10 @@ def _prompt_registration_wait():
     After starting the raylet, Ray 2.60's ``Node`` asks the GCS for the node once and the
     GCS client's lookup retries only once a second: the start took 2.1 s or 3.1 s on the
     2-core development VM depending on where the registration fell in that second. Here
-    the lookup first polls the GCS's node table every 50 ms (up to Ray's own 30 s), so
-    Ray's lookup then finds the node at once. Anything unexpected (another Ray's
-    internals) leaves the wait to Ray."""
+    the lookup first polls the GCS's node table every 50 ms (for up to 30 s, Ray's own
+    limit), so Ray's lookup then finds the node at once; Ray's lookup and its limit then
+    run as before. Anything unexpected (another Ray's internals) leaves the wait to
+    Ray."""
     try:
         import ray._private.services as services
         from ray._private.state import GlobalState
@@ -277,17 +278,19 @@ def _prompt_registration_wait():
         return
 
     def get_node(gcs_address, node_id):
+        state = GlobalState()
         try:
-            state = GlobalState()
             state._initialize_global_state(client_options(gcs_address))
             deadline = time.monotonic() + _REGISTRATION_WAIT_S
             while time.monotonic() < deadline:
                 if any(n.get("NodeID") == node_id for n in state.node_table()):
                     break
                 time.sleep(0.05)
-            state.disconnect()
         except Exception as exc:  # noqa: BLE001 - Ray's own lookup still runs below
             logger.debug("Polling the GCS for the raylet's registration failed: %s", exc)
+        finally:
+            with contextlib.suppress(Exception):
+                state.disconnect()
         return original(gcs_address, node_id)
 
     services.get_node = get_node
