@@ -20,9 +20,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from tests.conftest import REPO
-from tests.ray_job_cluster import RayHead
+from tests.ray_job_cluster import HEAD_MODULE_TIMEOUT_S, RayHead
 
 ORCHESTRATOR = os.path.join(REPO, "tests", "ray_job_orchestrator.py")
+
+# The module's first test also waits for the cluster fixture (ray_job_cluster).
+pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)
 VENV_BIN = os.path.dirname(sys.executable)
 
 
