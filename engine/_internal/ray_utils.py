@@ -55,7 +55,9 @@ def ensure_ray(background: bool = False) -> None:
             _init_ray()
 
 
+# The thread of an ensure_ray(background=True) start (one per process), and its guard.
 _background_thread: "threading.Thread | None" = None
+_background_lock = threading.Lock()
 
 
 def _start_in_background() -> None:
@@ -86,9 +88,6 @@ def _start_in_background() -> None:
         _background_thread = threading.Thread(target=start, name="trainyard-ray-start",
                                               daemon=True)
         _background_thread.start()
-
-
-_background_lock = threading.Lock()
 
 
 def _exit_on_sigterm(signum, frame):  # the handler ray.init() installs in the main thread
