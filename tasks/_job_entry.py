@@ -38,6 +38,10 @@ from tasks import _jobs, _store
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    # Ray's core worker answers SIGTERM by arming a 3 s alarm that aborts the process
+    # (`_exit_on_sigterm` in engine/_internal/ray_utils.py says more); the step's
+    # clean-up (report the job stopped, release the run's lease) may take longer.
+    signal.alarm(0)
     raise KeyboardInterrupt(f"signal {signum}: the Ray job was stopped")
 
 

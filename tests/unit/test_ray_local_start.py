@@ -187,3 +187,60 @@ def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
         assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
     assert lookups == [("127.0.0.1:6379", "n1", 3)]  # after the poll that saw it
     assert services.get_node is ray_lookup
+
+
+def _pending_alarm() -> int:
+    import signal
+
+    remaining = signal.alarm(0)
+    return remaining
+
+
+@pytest.mark.parametrize("handler", ["engine", "ray_job_entry"])
+def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
+    """Ray's core worker answers SIGTERM with a 3 s alarm() that aborts the process; the
+    handlers that end a driver (the engine's) or a Ray job's step (its entry point) cancel
+    it, so that a slow exit is not cut short by SIGABRT."""
+    import signal
+
+    from tasks import _job_entry
+
+    signal.alarm(600)  # what Abseil's failure-signal handler did (with 3 s)
+    try:
+        if handler == "engine":
+            with pytest.raises(SystemExit) as exc:
+                ray_utils._exit_on_sigterm(signal.SIGTERM, None)
+            assert exc.value.code == signal.SIGTERM
+        else:
+            with pytest.raises(KeyboardInterrupt, match="the Ray job was stopped"):
+                _job_entry._interrupt(signal.SIGTERM, None)
+    finally:
+        remaining = _pending_alarm()
+    assert remaining == 0, "the handler left the pending abort armed"
+
+
+def test_a_foreground_start_in_the_main_thread_replaces_only_rays_sigterm_handler(
+        monkeypatch):
+    import signal
+
+    import ray
+
+    def rays(signum, frame):  # stands for the handler ray.init() installed
+        pass
+    rays.__module__ = "ray._private.worker"
+
+    def users(signum, frame):
+        pass
+
+    for installed, expected in ((rays, ray_utils._exit_on_sigterm), (users, users)):
+        previous = signal.getsignal(signal.SIGTERM)
+        ready = []
+        monkeypatch.setattr(ray, "is_initialized", lambda: bool(ready))
+        monkeypatch.setattr(ray_utils, "_init_ray",
+                            lambda h=installed: (signal.signal(signal.SIGTERM, h),
+                                                 ready.append(1)))
+        try:
+            ray_utils.ensure_ray()
+            assert signal.getsignal(signal.SIGTERM) is expected
+        finally:
+            signal.signal(signal.SIGTERM, previous)
