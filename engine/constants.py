@@ -75,6 +75,15 @@ RAY_WORKER_NICENESS_ENV_VAR = _setting(
     "TRAINYARD_RAY_WORKER_NICENESS", DEFAULT_RAY_WORKER_NICENESS,
     "Niceness of the local Ray's worker processes (Ray's own default is 15).")
 
+# At a script's exit Ray sleeps half a second so that the workers' last output reaches
+# the console; the engine shuts its local instance down as soon as that output is
+# streamed, waiting at most this long.
+DEFAULT_RAY_EXIT_LOG_WAIT_S = 0.5
+RAY_EXIT_LOG_WAIT_ENV_VAR = _setting(
+    "TRAINYARD_RAY_EXIT_LOG_WAIT_S", DEFAULT_RAY_EXIT_LOG_WAIT_S,
+    "At a script's exit, the longest wait for the local Ray's workers' last output to "
+    "reach the console before Ray shuts down (Ray itself always waits 0.5 s).")
+
 # The local instance without a dashboard still starts Ray's API server process (only its
 # usage-stats module) and ray.init() waits for it to publish its address: about a second
 # of every local start. The engine skips it; 1 starts it as Ray does.

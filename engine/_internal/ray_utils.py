@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from typing import Dict, Optional
 
 from engine import constants
 
@@ -163,7 +164,10 @@ def _init_ray() -> None:
                            _START_TIMEOUT, stopped, attempt + 1, LOCAL_START_ATTEMPTS)
     global _started_here
     _started_here = True
-    # Run before Ray's own exit handler (atexit runs the latest registered first).
+    # Run before Ray's own exit handler (atexit runs the latest registered first): stop
+    # the monitor, freeze the heap, then shut Ray down once its logs are quiet.
+    _LOG_CLOCK.listen()
+    atexit.register(_shutdown_when_logs_are_quiet)
     atexit.register(_freeze_heap_at_exit)
     atexit.register(_stop_autoscaler_monitor)
 
@@ -221,6 +225,131 @@ def _freeze_heap_at_exit() -> None:
     import gc
 
     gc.freeze()
+
+
+#: The workers' log files that Ray's log monitor has not opened (yet) count as read
+#: once unchanged this long: the monitor looks at them every 0.1 s while they are quiet.
+_LOG_FILES_QUIET_S = 0.25
+#: ... and the console as up to date once no batch of lines arrived this long.
+_LOG_BATCH_QUIET_S = 0.1
+
+
+class _LogClock:
+    """When the driver last received a batch of worker output from Ray's log stream."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def listen(self) -> None:
+        try:
+            from ray._private.worker import global_worker_stdstream_dispatcher
+
+            global_worker_stdstream_dispatcher.remove_handler("trainyard_log_clock")
+            global_worker_stdstream_dispatcher.add_handler("trainyard_log_clock", self._seen)
+        except Exception:  # noqa: BLE001 - then the exit waits on the files alone
+            pass
+
+    def _seen(self, data) -> None:
+        self.last = time.monotonic()
+
+
+_LOG_CLOCK = _LogClock()
+
+
+def _logs_quiet(logs_dir: str, monitor_pid: Optional[int], now_wall: float,
+                now_mono: float) -> bool:
+    """Whether the console has everything Ray streams to it (the workers'
+    ``worker-*.out``/``.err``, the raylet's and the GCS's ``.err`` in ``logs_dir``):
+    no batch reached the driver within ``_LOG_BATCH_QUIET_S``, Ray's log monitor has read
+    every such file it holds open to its end (its file offsets, from ``/proc``), and no
+    other such file changed within ``_LOG_FILES_QUIET_S``."""
+    if now_mono - _LOG_CLOCK.last < _LOG_BATCH_QUIET_S:
+        return False
+    offsets = _open_offsets(monitor_pid, logs_dir)
+    try:
+        with os.scandir(logs_dir) as entries:
+            for entry in entries:
+                if not _streamed(entry.name):
+                    continue
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:  # moved to old/ once read
+                    continue
+                read_to = offsets.get(entry.path)
+                if read_to is not None:
+                    if read_to < stat.st_size:
+                        return False
+                elif now_wall - stat.st_mtime < _LOG_FILES_QUIET_S:
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def _open_offsets(pid: Optional[int], logs_dir: str) -> Dict[str, int]:
+    """Path → file offset of the files in ``logs_dir`` that process ``pid`` holds open
+    (Linux's ``/proc/<pid>/fdinfo``); empty where that cannot be read."""
+    out: Dict[str, int] = {}
+    if pid is None:
+        return out
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return out
+    prefix = os.path.join(logs_dir, "")
+    for fd in fds:
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+            if not target.startswith(prefix):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("pos:"):
+                        out[target] = int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _streamed(name: str) -> bool:
+    """Whether Ray's log monitor (``ray._private.log_monitor``) streams this log file
+    to the driver (its autoscaler ``monitor.log`` aside: the engine stops the monitor
+    first at exit)."""
+    return ((name.startswith("worker") and name.endswith((".out", ".err")))
+            or (name.startswith(("raylet", "gcs_server")) and name.endswith(".err")))
+
+
+def _shutdown_when_logs_are_quiet() -> None:
+    """At interpreter exit, shut the local instance down as soon as the workers' output
+    has reached the console, instead of after Ray's fixed half second.
+
+    Ray's exit handler sleeps 0.5 s in every script (so that the last lines the workers
+    printed are streamed to the console), then shuts down: half a second of every step's
+    exit, also when the workers ended long before. This waits until the console has
+    their output (:func:`_logs_quiet`), at most ``TRAINYARD_RAY_EXIT_LOG_WAIT_S`` (0.5 s,
+    as Ray), then runs the same ``ray.shutdown()``; Ray's own handler then finds nothing
+    left to do. Best effort: any surprise leaves the exit to Ray's handler."""
+    import ray
+
+    try:
+        worker = ray._private.worker.global_worker
+        node = ray._private.worker._global_node
+        if not ray.is_initialized() or node is None or worker.mode != ray.SCRIPT_MODE:
+            return
+        logs_dir = node.get_logs_dir_path()
+        monitors = node.all_processes.get("log_monitor") or []
+        monitor_pid = monitors[0].process.pid if monitors else None
+        wait = float(os.environ.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR,
+                                    constants.DEFAULT_RAY_EXIT_LOG_WAIT_S))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not _logs_quiet(
+                logs_dir, monitor_pid, time.time(), time.monotonic()):
+            time.sleep(0.02)
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
+        pass
 
 
 def _stop_autoscaler_monitor() -> None:

@@ -465,6 +465,69 @@ def test_sigterm_runs_a_drivers_exit_handlers_to_the_end(tmp_path, start):
     assert not [pid for pid in pids if _alive(pid)], "Ray processes outlived the script"
 
 
+_LAST_WORDS_SCRIPT = """
+import sys, threading, time
+from engine.runtime import ensure_ray
+
+ensure_ray()
+import ray
+import engine
+from engine import RunConfig, ScalingConfig
+from engine.trainer import DataParallelTrainer
+
+print("logs in", ray._private.worker._global_node.get_logs_dir_path(), flush=True)
+
+def train(config):
+    rank = engine.get_context().get_world_rank()
+
+    def chatter():  # still printing while the fit ends and the worker exits
+        for i in range(2000):
+            print(f"late words {i} of rank {rank}", flush=True)
+            time.sleep(0.002)
+
+    threading.Thread(target=chatter, daemon=True).start()
+    time.sleep(0.2)
+    engine.report({"done": 1})
+
+DataParallelTrainer(train, scaling_config=ScalingConfig(num_workers=2),
+                    run_config=RunConfig(storage_path=sys.argv[1], verbose=0)).fit()
+# the script ends right here: Ray's shutdown runs at once
+"""
+
+
+def test_what_the_workers_print_last_reaches_the_console_when_the_script_ends_at_once(
+        tmp_path):
+    """The driver's exit shuts Ray down as soon as the workers' output is streamed (not
+    after Ray's fixed half second): every line the workers printed, up to their exit as
+    the fit ends, reaches the script's console when the script ends right after fit()."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.subprocess_env import driver_env
+
+    script = tmp_path / "script.py"
+    script.write_text(_LAST_WORDS_SCRIPT)
+    env = driver_env()
+    env["RAY_DEDUP_LOGS"] = "0"  # Ray folds rank 1's lines into rank 0's otherwise
+    # Room for a log monitor starved of CPU by a full test run (0.5 s by default, as
+    # Ray's own sleep): the exit ends when the console has the output, not after this.
+    env["TRAINYARD_RAY_EXIT_LOG_WAIT_S"] = "10"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "runs")],
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    logs = Path(re.search(r"^logs in (.+)$", out.stdout, re.M).group(1))
+    pattern = re.compile(r"late words \d+ of rank \d")
+    written = {m.group(0) for f in logs.glob("**/worker-*.out")
+               for m in pattern.finditer(f.read_text())}
+    shown = set(pattern.findall(out.stdout))
+    assert len(written) > 100, "the workers did not get to print"
+    missing = sorted(written - shown)
+    assert not missing, (f"{len(missing)} of the {len(written)} lines the workers wrote "
+                         f"never reached the console, e.g. {missing[-5:]}")
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -244,3 +244,40 @@ def test_a_foreground_start_in_the_main_thread_replaces_only_rays_sigterm_handle
             assert signal.getsignal(signal.SIGTERM) is expected
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
+        tmp_path, monkeypatch):
+    """What the exit's wait for the console (instead of Ray's fixed 0.5 s) looks at: the
+    files Ray streams, how far Ray's log monitor has read those it holds open (its file
+    offsets in /proc), and when the driver last received a batch."""
+    import os
+    import time
+
+    monkeypatch.setattr(ray_utils._LOG_CLOCK, "last", 0.0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "raylet.out").write_text("Ray's own log, not streamed\n")
+    out = logs / "worker-abc-01000000-4242.out"
+    out.write_text("epoch 1\nepoch 2\n")
+    now = time.time()
+
+    def quiet(monitor_pid=None):
+        return ray_utils._logs_quiet(str(logs), monitor_pid, time.time(), time.monotonic())
+
+    assert not quiet(), "a worker file written just now, not opened by the monitor"
+    os.utime(out, (now - 5, now - 5))
+    assert quiet(), "unchanged for 5 s and nothing in flight"
+
+    # This process plays the log monitor, holding the file open part-way through.
+    with open(out, "rb", buffering=0) as monitor_view:
+        monitor_view.read(4)
+        assert not quiet(os.getpid()), "the monitor has not read the file to its end"
+        monitor_view.read()
+        assert quiet(os.getpid())
+        (logs / "gcs_server.err").write_text("a GCS error the console must show\n")
+        assert not quiet(os.getpid())
+        os.utime(logs / "gcs_server.err", (now - 5, now - 5))
+        assert quiet(os.getpid())
+        ray_utils._LOG_CLOCK._seen({"lines": ["x"]})
+        assert not quiet(os.getpid()), "a batch just arrived: more may be in flight"
