@@ -343,10 +343,12 @@ def _shutdown_when_logs_are_quiet() -> None:
         monitor_pid = monitors[0].process.pid if monitors else None
         wait = float(os.environ.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR,
                                     constants.DEFAULT_RAY_EXIT_LOG_WAIT_S))
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and not _logs_quiet(
+        start = time.monotonic()
+        while time.monotonic() - start < wait and not _logs_quiet(
                 logs_dir, monitor_pid, time.time(), time.monotonic()):
             time.sleep(0.02)
+        logger.debug("Exit: waited %.2f s for the workers' output to be streamed.",
+                     time.monotonic() - start)
         ray.shutdown()
     except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
         pass
