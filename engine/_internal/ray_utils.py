@@ -321,6 +321,25 @@ def _streamed(name: str) -> bool:
             or (name.startswith(("raylet", "gcs_server")) and name.endswith(".err")))
 
 
+def _exit_log_wait_s() -> float:
+    """``TRAINYARD_RAY_EXIT_LOG_WAIT_S``; its default, with a warning, when it is not a
+    number of seconds (an exit is no place to raise)."""
+    raw = os.environ.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR)
+    if raw is None:
+        return constants.DEFAULT_RAY_EXIT_LOG_WAIT_S
+    try:
+        value = float(raw)
+        if value >= 0:
+            return value
+    except ValueError:
+        pass
+    logger.warning("%s=%r is not a number of seconds >= 0; waiting at most %s s for the "
+                   "workers' output at exit. Set it to e.g. 0.5.",
+                   constants.RAY_EXIT_LOG_WAIT_ENV_VAR, raw,
+                   constants.DEFAULT_RAY_EXIT_LOG_WAIT_S)
+    return constants.DEFAULT_RAY_EXIT_LOG_WAIT_S
+
+
 def _shutdown_when_logs_are_quiet() -> None:
     """At interpreter exit, shut the local instance down as soon as the workers' output
     has reached the console, instead of after Ray's fixed half second.
@@ -341,8 +360,7 @@ def _shutdown_when_logs_are_quiet() -> None:
         logs_dir = node.get_logs_dir_path()
         monitors = node.all_processes.get("log_monitor") or []
         monitor_pid = monitors[0].process.pid if monitors else None
-        wait = float(os.environ.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR,
-                                    constants.DEFAULT_RAY_EXIT_LOG_WAIT_S))
+        wait = _exit_log_wait_s()
         start = time.monotonic()
         while time.monotonic() - start < wait and not _logs_quiet(
                 logs_dir, monitor_pid, time.time(), time.monotonic()):

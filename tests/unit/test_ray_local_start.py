@@ -281,3 +281,19 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
         assert quiet(os.getpid())
         ray_utils._LOG_CLOCK._seen({"lines": ["x"]})
         assert not quiet(os.getpid()), "a batch just arrived: more may be in flight"
+
+
+@pytest.mark.parametrize("value, expected, warned", [
+    (None, 0.5, False), ("2", 2.0, False), ("0", 0.0, False),
+    ("half a second", 0.5, True), ("-1", 0.5, True)])
+def test_the_exit_wait_setting_falls_back_to_its_default_with_a_warning(
+        monkeypatch, caplog, value, expected, warned):
+    import logging
+
+    if value is None:
+        monkeypatch.delenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", raising=False)
+    else:
+        monkeypatch.setenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", value)
+    with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
+        assert ray_utils._exit_log_wait_s() == expected
+    assert ("TRAINYARD_RAY_EXIT_LOG_WAIT_S" in caplog.text) == warned
