@@ -32,6 +32,14 @@ def _paced_checkpoints(config):
         start = ckpt.to_dict()["epoch"] + 1
     for epoch in range(start, config["epochs"]):
         time.sleep(config.get("delay", 0.5))
+        if config.get("commits_in") and epoch > start:
+            # The previous round committed first, however loaded the machine: its commit
+            # is asynchronous and a full run at load 20 took longer than the delay.
+            marker = os.path.join(config["commits_in"], f"checkpoint_{epoch - 1:06d}",
+                                  constants.COMMIT_MARKER)
+            deadline = time.monotonic() + 120
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
         blob = os.urandom(config.get("size", 1024))
         engine.report({"epoch": epoch}, checkpoint=Checkpoint.from_dict(
             {"epoch": epoch, "blob": blob}))
@@ -102,9 +110,10 @@ def test_disk_full_fails_cleanly_and_keeps_the_previous_checkpoint(ray_start_4_c
     run = RunConfig(storage_path=storage, name="full", verbose=0,
                     failure_config=FailureConfig(max_failures=0),
                     checkpoint_config=CheckpointConfig(num_to_keep=None))
-    # 2 ranks × 3 MiB a round; paced, so that a round is committed before the next one
-    # is written (the second round then finds 3 of 8 MiB taken and 6 more to write).
-    config = {"epochs": 4, "delay": 1.0, "size": 3 * 2 ** 20}
+    # 2 ranks × 3 MiB a round; a round is written once the one before is committed (the
+    # second round then finds 3 of 8 MiB taken and 6 more to write).
+    config = {"epochs": 4, "delay": 1.0, "size": 3 * 2 ** 20,
+              "commits_in": os.path.join(storage, "full")}
     with pytest.raises(TrainingFailedError) as info:
         TorchTrainer(_paced_checkpoints, train_loop_config=config,
                      scaling_config=ScalingConfig(num_workers=2), run_config=run).fit()
