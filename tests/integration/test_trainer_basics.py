@@ -365,20 +365,15 @@ def train(config):
 result = DataParallelTrainer(train, scaling_config=ScalingConfig(num_workers=2),
                              run_config=RunConfig(storage_path=sys.argv[1], verbose=0)).fit()
 print("fit", result.metrics["training_iteration"], flush=True)
-if sys.argv[2] == "wait":
-    time.sleep(300)           # the test sends SIGTERM here
 """
 
 
-# The SIGTERM ending is test_sigterm_runs_a_drivers_exit_handlers_to_the_end below.
-@pytest.mark.parametrize("ending", ["exit"])
-def test_ray_started_in_the_background_serves_the_fit_and_ends_with_the_script(
-        tmp_path, ending):
+def test_ray_started_in_the_background_serves_the_fit_and_ends_with_the_script(tmp_path):
     """``ensure_ray(background=True)`` at the top of a script: the fit runs on that
     instance after the thread that started it has returned from ``ray.init()`` (Ray's
     GCS and raylet die with the thread that started them unless it lives on), and the
-    instance's processes end with the script."""
-    import signal
+    instance's processes end with the script. (Its ending by SIGTERM:
+    ``test_sigterm_runs_a_drivers_exit_handlers_to_the_end``.)"""
     import subprocess
     import sys
 
@@ -387,25 +382,19 @@ def test_ray_started_in_the_background_serves_the_fit_and_ends_with_the_script(
     script = tmp_path / "script.py"
     script.write_text(_BACKGROUND_SCRIPT)
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "runs"),
-         "wait" if ending == "sigterm" else "exit"],
+        [sys.executable, str(script), str(tmp_path / "runs")],
         env=driver_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = json.loads(proc.stdout.readline() or "null")
         assert pids, proc.communicate(timeout=60)[1][-3000:]
         assert proc.stdout.readline().strip() == "fit 1", proc.communicate(timeout=60)[1][-3000:]
-        if ending == "sigterm":
-            proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == (signal.SIGTERM if ending == "sigterm" else 0)
-    deadline = time.monotonic() + 15
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)], "Ray processes outlived the script"
+    assert proc.returncode == 0
+    _assert_gone_soon(pids)
 
 
 _SLOW_EXIT_SCRIPT = """
@@ -459,10 +448,7 @@ def test_sigterm_runs_a_drivers_exit_handlers_to_the_end(tmp_path, start):
             proc.wait()
     assert proc.returncode == signal.SIGTERM, (proc.returncode, err[-3000:])
     assert marker.read_text() == "done"
-    deadline = time.monotonic() + 15
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)], "Ray processes outlived the script"
+    _assert_gone_soon(pids)
 
 
 _LAST_WORDS_SCRIPT = """
@@ -526,6 +512,14 @@ def test_what_the_workers_print_last_reaches_the_console_when_the_script_ends_at
     missing = sorted(written - shown)
     assert not missing, (f"{len(missing)} of the {len(written)} lines the workers wrote "
                          f"never reached the console, e.g. {missing[-5:]}")
+
+
+def _assert_gone_soon(pids) -> None:
+    """Ray's processes of a script that has ended are gone within 15 s."""
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)], "Ray processes outlived the script"
 
 
 def _alive(pid: int) -> bool:

@@ -189,13 +189,6 @@ def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
     assert services.get_node is ray_lookup
 
 
-def _pending_alarm() -> int:
-    import signal
-
-    remaining = signal.alarm(0)
-    return remaining
-
-
 @pytest.mark.parametrize("handler", ["engine", "ray_job_entry"])
 def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
     """Ray's core worker answers SIGTERM with a 3 s alarm() that aborts the process; the
@@ -215,7 +208,7 @@ def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
             with pytest.raises(KeyboardInterrupt, match="the Ray job was stopped"):
                 _job_entry._interrupt(signal.SIGTERM, None)
     finally:
-        remaining = _pending_alarm()
+        remaining = signal.alarm(0)  # what was left of it, and cancelled
     assert remaining == 0, "the handler left the pending abort armed"
 
 
