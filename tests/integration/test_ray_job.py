@@ -246,11 +246,24 @@ sys.addaudithook(_hook)
 def _dump():
     if os.environ.get("PREFECT__FLOW_RUN_ID"):
         path = os.path.join(os.environ["TY_AUDIT_DIR"], f"{os.getpid()}.json")
-        with open(path, "w") as f:
+        with open(path + ".tmp", "w") as f:
             json.dump({"pid": os.getpid(), "argv": sys.argv,
                        "flow_run_id": os.environ["PREFECT__FLOW_RUN_ID"], **_state}, f)
+        os.replace(path + ".tmp", path)  # the test polls for it
 atexit.register(_dump)
 '''
+
+
+def _audit_records(audit, flow_run_id, wait_s: float) -> list:
+    """The audit records the flow run's process wrote at its exit, once there is one
+    (or ``wait_s`` passed)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = [r for r in (json.loads(p.read_text()) for p in audit.glob("*.json"))
+                   if r["flow_run_id"] == str(flow_run_id)]
+        if records or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -290,6 +303,10 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
             parameters={"tune_epochs": 1, "train_epochs": 2, "num_workers": 1,
                         "param_space": {"lr": {"grid_search": [0.005]}},
                         "gate": {"accuracy": ">=0.3"}})
+        # The API says Completed before the flow run's process has exited (it still
+        # sends its logs and runs its exit handlers); stopping the worker now could end
+        # it before its audit record is written.
+        records = _audit_records(audit, flow_run.id, wait_s=120)
     worker_log = (logs / "worker.log").read_text()
     assert flow_run.state is not None and flow_run.state.is_completed(), \
         f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
@@ -302,8 +319,6 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     assert all(str(j.status) == "SUCCEEDED" for j in ours)
     # This flow run's process only: the promotion also triggers a run of the local-mode
     # batch-predict-digits deployment, which may start before the worker stops.
-    records = [r for r in (json.loads(p.read_text()) for p in audit.glob("*.json"))
-               if r["flow_run_id"] == str(flow_run.id)]
     assert len(records) == 1, "the flow run's process left no audit record"
     flow_pids = {r["pid"] for r in records}
     assert all(r["torch"] is False for r in records), records
