@@ -81,6 +81,12 @@ class CallbackRunner:
         if checkpoint is not None:
             self.call("on_checkpoint", checkpoint, metrics)
 
+    def adopted(self, checkpoint: Any) -> None:
+        """A checkpoint the run took from another (PBT's exploit), now its latest."""
+        if self.trial is not None:
+            self.trial.checkpoint = checkpoint
+        self.call("on_checkpoint", checkpoint, checkpoint.metrics)
+
     def end_trial(self, error: Optional[BaseException] = None) -> None:
         trial, self.trial = self.trial, None
         if trial is None:

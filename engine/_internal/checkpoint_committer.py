@@ -90,9 +90,10 @@ class CheckpointCommitter:
             self.storage.delete_dir(staging)
         return self._checkpoint(dest, kept_metrics)
 
-    def adopt(self, ckpt: Checkpoint, iteration: int) -> None:
+    def adopt(self, ckpt: Checkpoint, iteration: int) -> Checkpoint:
         """Commit a copy of another run's checkpoint (PBT's exploit) as this run's latest,
-        at this run's ``iteration``, so its history and numbering go on."""
+        at this run's ``iteration``, so its history and numbering go on. Returns that
+        copy: it lives as long as this run keeps it, whatever the donor's retention."""
         index = self.manager.next_index
         dest = _storage.join(self.storage.root, self.manager.next_dir_name())
         with ckpt.as_directory() as local_dir:
@@ -101,6 +102,7 @@ class CheckpointCommitter:
             shutil.rmtree(ckpt.path, ignore_errors=True)
         metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
         self._publish(dest, index, iteration, metrics, files)
+        return self._checkpoint(dest, metrics)
 
     def _publish(self, dest: str, index: int, iteration: int, metrics: Dict[str, Any],
                  files: List[str]) -> None:

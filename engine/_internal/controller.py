@@ -389,11 +389,14 @@ class Controller:
     def _adopt(self, ckpt: Checkpoint, last_metrics: Dict[str, Any]) -> None:
         """Make another run's checkpoint (PBT's donor) this run's latest. Training goes
         on from its ``training_iteration`` (the donor's, as in Ray Tune); the rows so
-        far stay this run's history."""
+        far stay this run's history. ``on_checkpoint`` tells the callbacks (the tuner's
+        trial then points at this run's copy, never at the donor's, which the donor's
+        retention may delete)."""
         own = int(last_metrics.get("training_iteration", 0) or 0)
         iteration = int((ckpt.metrics or {}).get("training_iteration") or own)
         self.record.keep_rows()
-        self.checkpoints.adopt(ckpt, iteration)
+        adopted = self.checkpoints.adopt(ckpt, iteration)
+        self.callbacks.adopted(adopted)
 
     # --- rounds ------------------------------------------------------------------
     def _process_rounds(self) -> Optional[TrialDecision]:

@@ -405,10 +405,12 @@ class TrialLoop:
                  ) -> Optional[TrialDecision]:
         """Copy the donor's checkpoint (outside the lock: it may be large) and restart
         this trial from it with the perturbed config."""
-        ckpt = copy_donor_checkpoint(exploit, run.trial.trial_name)
-        if ckpt is None:
+        copied = copy_donor_checkpoint(exploit, run.trial.trial_name)
+        if copied is None:
             return None
-        train_config = self._adopt_exploit(run, exploit, metrics)
+        ckpt, source = copied
+        train_config = self._adopt_exploit(
+            run, dataclasses.replace(exploit, checkpoint=source), metrics)
         return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
                              trial_info={"experiment_tag": run.trial.experiment_tag})
 
@@ -426,7 +428,6 @@ class TrialLoop:
                        if p and get_path(old, p) != v}
             trial.experiment_tag = (f"{run.base_tag}@perturbed"
                                     f"[{','.join(f'{k}={short(v)}' for k, v in changed.items())}]")
-            trial.checkpoint = source
             run.exploits.append({
                 "training_iteration": metrics.get("training_iteration"),
                 "donor_trial_id": exploit.donor.trial_id, "donor_checkpoint": source.uri,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 from engine import constants
 from engine.checkpoint import Checkpoint
@@ -16,20 +16,30 @@ logger = logging.getLogger("engine")
 PBT_POLICY_FILE = "pbt_policy.json"  # in the trial directory: every exploit, in order
 
 
-def copy_donor_checkpoint(exploit: Exploit, trial_name: str) -> Optional[Checkpoint]:
+def copy_donor_checkpoint(exploit: Exploit, trial_name: str
+                          ) -> Optional[Tuple[Checkpoint, Checkpoint]]:
     """A local copy of the donor's checkpoint without its commit marker (the receiving
-    run commits it as its own), owned by the caller; None when the donor's retention
-    dropped it meanwhile (the trial then goes on unchanged)."""
-    source = exploit.checkpoint
-    try:
-        local = source.to_directory()
-        marker = os.path.join(local, constants.COMMIT_MARKER)
-        if os.path.exists(marker):
-            os.remove(marker)
-    except Exception as exc:  # noqa: BLE001 - any failure to copy means "no exploit"
-        logger.warning("PBT: could not copy %s's checkpoint (%s); %s goes on unchanged.",
-                       exploit.donor.trial_name, exc, trial_name)
-        return None
-    ckpt = Checkpoint(local, owns_directory=True)
-    ckpt.metrics = dict(source.metrics or {})
-    return ckpt
+    run commits it as its own), owned by the caller, and the checkpoint copied. The
+    checkpoint chosen at the decision is copied, or when the donor's retention dropped
+    it meanwhile (the donor reported on before the receiver's next report), the donor's
+    latest one. None when neither could be copied: the trial then goes on unchanged."""
+    sources = [exploit.checkpoint]
+    latest = getattr(exploit.donor, "checkpoint", None)
+    if latest is not None and latest is not exploit.checkpoint:
+        sources.append(latest)
+    error: Optional[Exception] = None
+    for source in sources:
+        try:
+            local = source.to_directory()
+            marker = os.path.join(local, constants.COMMIT_MARKER)
+            if os.path.exists(marker):
+                os.remove(marker)
+        except Exception as exc:  # noqa: BLE001 - any failure to copy means "no exploit"
+            error = exc
+            continue
+        ckpt = Checkpoint(local, owns_directory=True)
+        ckpt.metrics = dict(source.metrics or {})
+        return ckpt, source
+    logger.warning("PBT: could not copy %s's checkpoint (%s); %s goes on unchanged.",
+                   exploit.donor.trial_name, error, trial_name)
+    return None

@@ -100,6 +100,40 @@ def test_restart_adopts_the_checkpoint_and_the_new_config(tmp_path):
     assert state(tmp_path)["config"] == {"lr": 5}
 
 
+def test_an_adopted_checkpoint_is_the_runs_own_copy_for_its_trial_and_callbacks(tmp_path):
+    """A PBT donor's retention may delete the checkpoint a trial restarted from: the
+    trial (which may be a donor next) must point at its own committed copy."""
+    from engine.callbacks import Callback
+
+    class Seen(Callback):
+        def __init__(self):
+            self.paths = []
+
+        def on_checkpoint(self, checkpoint, metrics):
+            self.paths.append((checkpoint.path, metrics.get("training_iteration")))
+
+    donor = Checkpoint.from_dict({"weights": 42})
+    donor.metrics = {"training_iteration": 1}
+    group = FakeWorkerGroup.scripted([rounds(1, 2), rounds(2, finished=True)])
+
+    def decide(metrics):
+        if metrics and metrics["i"] == 2 and len(group.started) == 1:
+            return TrialDecision(TrialAction.RESTART, config={"lr": 5}, checkpoint=donor)
+        return None
+
+    seen = Seen()
+    spec = RunSpec(train_func=lambda c: None, train_loop_config={"lr": 1},
+                   scaling_config=ScalingConfig(num_workers=1),
+                   run_config=RunConfig(name="trial", storage_path=str(tmp_path), verbose=0,
+                                        callbacks=[seen]),
+                   backend_config=BackendConfig(), trial_info={"trial_id": "abc_00007"})
+    controller = Controller(spec, worker_group_cls=group, decide=decide)
+    controller.run()
+    own = os.path.join(str(tmp_path), "trial", "checkpoint_000000")
+    # The tuner's trial follows on_checkpoint too (tune._loop._TrialObserver).
+    assert seen.paths == [(own, 1)]
+
+
 def test_restart_goes_on_from_the_donor_checkpoints_iteration(tmp_path):
     donor = Checkpoint.from_dict({"weights": 42})
     donor.metrics = {"score": 9, "training_iteration": 1}

@@ -164,6 +164,36 @@ def test_pbt_bottom_trial_exploits_a_top_trial_with_checkpoint():
     assert pbt.on_trial_result(trials[0], {"training_iteration": 3, "score": 0}) == "CONTINUE"
 
 
+def test_pbt_copies_the_donors_latest_checkpoint_when_the_chosen_one_was_dropped(
+        tmp_path, caplog):
+    """Between the decision and the receiver's next report the donor reports on, and
+    its retention (num_to_keep) may delete the checkpoint chosen: the exploit takes the
+    donor's latest instead; with neither, the trial goes on unchanged (a warning)."""
+    import shutil
+    from types import SimpleNamespace
+
+    from engine import Checkpoint
+    from engine.tune._pbt import copy_donor_checkpoint
+
+    chosen = Checkpoint.from_dict({"step": 4})
+    latest = Checkpoint.from_dict({"step": 6})
+    latest.metrics = {"training_iteration": 6}
+    donor = SimpleNamespace(trial_name="donor_00000", checkpoint=latest)
+    exploit = Exploit(donor=donor, config={"lr": 0.1}, checkpoint=chosen)
+
+    copy, source = copy_donor_checkpoint(exploit, "me")  # the chosen one still exists
+    assert source is chosen and copy.to_dict() == {"step": 4} and copy.path != chosen.path
+    shutil.rmtree(chosen.path)
+    copy, source = copy_donor_checkpoint(exploit, "me")
+    assert source is latest and copy.to_dict() == {"step": 6}
+    assert copy.metrics == {"training_iteration": 6}
+    shutil.rmtree(latest.path)
+    with caplog.at_level("WARNING", logger="engine"):
+        assert copy_donor_checkpoint(exploit, "me") is None
+    assert "could not copy donor_00000's checkpoint" in caplog.text
+    assert "me goes on unchanged" in caplog.text
+
+
 def test_pbt_without_a_donor_checkpoint_continues_and_needs_mutations():
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=1,
                                   hyperparam_mutations={"lr": [0.1, 0.2]})
