@@ -85,7 +85,7 @@ class CheckpointCommitter:
         kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
         taken.update(self._write_checkpoint_extras(dest, index, kept_metrics, taken))
         self._publish(dest, index, iteration, kept_metrics, sorted(taken))
-        staging = _staging_round(items)
+        staging = staging_round(items)
         if staging:
             self.storage.delete_dir(staging)
         return self._checkpoint(dest, kept_metrics)
@@ -164,7 +164,7 @@ class CheckpointCommitter:
         return ckpt
 
 
-def _staging_round(items: Dict[int, ReportItem]) -> Optional[str]:
+def staging_round(items: Dict[int, ReportItem]) -> Optional[str]:
     """The staging directory of a round (its ranks' staging directories' parent)."""
     for item in items.values():
         if item.checkpoint_staging:

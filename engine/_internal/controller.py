@@ -21,7 +21,7 @@ from engine._internal import storage as _storage
 from engine._internal import timeline
 from engine._internal.backend import Backend
 from engine._internal.callback_runner import CallbackRunner
-from engine._internal.checkpoint_committer import CheckpointCommitter
+from engine._internal.checkpoint_committer import CheckpointCommitter, staging_round
 from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.data_plan import MATERIALIZE
 from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
@@ -323,11 +323,24 @@ class Controller:
         assert group is not None
         drained = drain(group, constants.POLL_TIMEOUT_S * 2)
         self._take(drained)
+        self._free_incomplete_staging()
         self._process_rounds()
         waiting = {r.rank for r in results + drained if r.error is not None and not r.died}
         dead = next((r.error for r in drained if r.died), None)
         return diagnosis.diagnose(failure, dead, waiting, len(group),
                                   lambda ranks: diagnosis.capture_stacks(group, ranks))
+
+    def _free_incomplete_staging(self) -> None:
+        """Before the rounds completed ahead of a failure are committed, delete what the
+        ranks staged for rounds that can no longer complete. The failure may be a full
+        disk that those very files filled, and a commit needs room for its record and
+        marker: without this the last complete round was lost with the failed one."""
+        assert self.tracker is not None
+        keep = {staging_round(items) for items in self.tracker.pending.values()
+                if len(items) >= self.tracker.world_size}
+        keep.discard(None)
+        if keep:
+            self.record.clean_staging(keep=keep)
 
     def _check_stall(self) -> Optional[WorkerError]:
         """The backend's watchdog (``stall_timeout_s``): no rank reported for that long

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 from engine import constants
 from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
@@ -194,14 +194,20 @@ class RunRecord:
             logger.info("Rebuilt the row of round %d from the commit marker of %s.",
                         tracked.iteration, tracked.dir_name)
 
-    def clean_staging(self) -> None:
-        """Delete the staging area. A worker killed a moment ago (a stop decision kills
-        the group mid-loop) may still be finishing a file there: retry briefly, then
-        leave it for the next start, which cleans it again."""
+    def clean_staging(self, keep: Optional[Set[str]] = None) -> None:
+        """Delete the staging area (but the rounds' directories in ``keep``). A worker
+        killed a moment ago (a stop decision kills the group mid-loop) may still be
+        finishing a file there: retry briefly, then leave it for the next start, which
+        cleans it again."""
         path = join(self.storage.root, constants.STAGING_DIR)
         for attempt in range(5):
             try:
-                self.storage.delete_dir(path)
+                if keep is None:
+                    self.storage.delete_dir(path)
+                    return
+                for name in self.storage.list_dir(path):
+                    if join(path, name) not in keep:
+                        self.storage.delete_dir(join(path, name))
                 return
             except (OSError, StorageError) as exc:
                 error = exc

@@ -134,3 +134,54 @@ def test_disk_full_fails_cleanly_and_keeps_the_previous_checkpoint(ray_start_4_c
                           run_config=run).fit()
     assert result.checkpoint.to_dict()["epoch"] == 3
     assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2, 3]
+
+
+def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs):
+    """Round 1 is staged by both ranks, but the driver has rank 1's report only after
+    rank 0 failed staging round 2 on the disk that round filled. Round 1 is complete and
+    must be committed: its commit (the run record, the marker) needs room, which the
+    failed round's partial files took. No Ray: the worker group is scripted."""
+    import errno
+
+    from engine._internal.backend import BackendConfig
+    from engine._internal.controller import Controller, RunSpec
+    from engine._internal.session import ReportItem
+    from engine._internal.worker_group import PollResult
+    from tests.fakes import FakeWorkerGroup, raised
+
+    run_dir = os.path.join(str(small_tmpfs), "run")
+
+    def stage(iteration, rank, size):
+        staging = os.path.join(run_dir, ".staging", f"001_{iteration:06d}", f"rank_{rank}")
+        os.makedirs(staging)
+        with open(os.path.join(staging, f"w{rank}.bin"), "wb") as f:
+            f.write(os.urandom(size))
+        return ReportItem(iteration, {"training_iteration": iteration, "rank": rank},
+                          checkpoint_staging=staging, checkpoint_files=[f"w{rank}.bin"])
+
+    pending = {}
+
+    def round_1_then_rank_0_fills_the_disk():
+        r0, pending[1] = stage(1, 0, 2 ** 20), stage(1, 1, 2 ** 20)
+        partial = os.path.join(run_dir, ".staging", "001_000002", "rank_0")
+        os.makedirs(partial)
+        with pytest.raises(OSError) as full, open(os.path.join(partial, "w0.bin"), "wb") as f:
+            while True:
+                f.write(os.urandom(2 ** 16))
+                f.flush()
+        assert full.value.errno == errno.ENOSPC
+        return [PollResult(0, [r0], True, error=raised(0, full.value).error)]
+
+    script = [round_1_then_rank_0_fills_the_disk, lambda: [PollResult(1, [pending[1]])]]
+    spec = RunSpec(train_func=lambda: None, train_loop_config={},
+                   scaling_config=ScalingConfig(num_workers=2),
+                   run_config=RunConfig(name="run", storage_path=str(small_tmpfs), verbose=0),
+                   backend_config=BackendConfig())
+    with pytest.raises(TrainingFailedError) as info:
+        Controller(spec, worker_group_cls=FakeWorkerGroup.scripted([script])).run()
+    assert "No space left on device" in str(info.value)
+    ckpt = info.value.result.checkpoint
+    assert ckpt is not None and ckpt.path == os.path.join(run_dir, "checkpoint_000000")
+    assert os.path.exists(os.path.join(ckpt.path, constants.COMMIT_MARKER))
+    assert {"w0.bin", "w1.bin"} <= set(os.listdir(ckpt.path))  # both ranks' files
+    assert [h["training_iteration"] for h in info.value.result.history] == [1]
