@@ -9,6 +9,7 @@ report, so that a final report is never paused) is taken by the pause itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -102,9 +103,11 @@ class PausedTrials:
         spec = self.loop.spec_of(run)
         if exploit is not None:
             metrics = dict(run.trial.last_result or {})
-            ckpt = copy_donor_checkpoint(exploit, run.trial.trial_name)
-            if ckpt is not None:
-                train_config = self.loop._adopt_exploit(run, exploit, metrics)
+            copied = copy_donor_checkpoint(exploit, run.trial.trial_name)
+            if copied is not None:
+                ckpt, source = copied
+                train_config = self.loop._adopt_exploit(
+                    run, dataclasses.replace(exploit, checkpoint=source), metrics)
                 spec.adopt_checkpoint = ckpt
                 spec.train_loop_config = train_config
                 spec.trial_info["experiment_tag"] = run.trial.experiment_tag

@@ -3,6 +3,7 @@ driven by a scripted fake worker group (no Ray)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from engine import Checkpoint, RunConfig, ScalingConfig
@@ -132,6 +133,16 @@ def test_an_adopted_checkpoint_is_the_runs_own_copy_for_its_trial_and_callbacks(
     own = os.path.join(str(tmp_path), "trial", "checkpoint_000000")
     # The tuner's trial follows on_checkpoint too (tune._loop._TrialObserver).
     assert seen.paths == [(own, 1)]
+
+    # A paused trial resumed with an exploit (synchronous PBT) adopts at its start.
+    donor = Checkpoint.from_dict({"weights": 7})
+    donor.metrics = {"training_iteration": 2}
+    seen.paths.clear()
+    spec.adopt_checkpoint = donor
+    spec.run_config = dataclasses.replace(spec.run_config, name="paused")
+    Controller(spec, worker_group_cls=FakeWorkerGroup.scripted(
+        [rounds(3, finished=True)])).run()
+    assert seen.paths == [(os.path.join(str(tmp_path), "paused", "checkpoint_000000"), 2)]
 
 
 def test_restart_goes_on_from_the_donor_checkpoints_iteration(tmp_path):
