@@ -171,7 +171,12 @@ class Checkpoint:
         """Copy the checkpoint's files into a local directory and return its path."""
         target = path or tempfile.mkdtemp(prefix="trainyard_ckpt_")
         os.makedirs(target, exist_ok=True)
-        _storage.Storage(self.filesystem, self.path).download_dir(self.path, target)
+        try:
+            _storage.Storage(self.filesystem, self.path).download_dir(self.path, target)
+        except BaseException:
+            if path is None:  # a temporary directory of ours: no half copy left behind
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         return target
 
     @contextlib.contextmanager

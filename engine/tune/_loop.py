@@ -428,6 +428,10 @@ class TrialLoop:
                        if p and get_path(old, p) != v}
             trial.experiment_tag = (f"{run.base_tag}@perturbed"
                                     f"[{','.join(f'{k}={short(v)}' for k, v in changed.items())}]")
+            # The donor's checkpoint until the restarted run has committed its own copy
+            # (its on_checkpoint then points the trial there): config and weights agree
+            # for a trial that is picked as a donor meanwhile.
+            trial.checkpoint = source
             run.exploits.append({
                 "training_iteration": metrics.get("training_iteration"),
                 "donor_trial_id": exploit.donor.trial_id, "donor_checkpoint": source.uri,

@@ -254,6 +254,7 @@ def test_pbt_exploits_and_ends_better_than_fixed_configs(ray_start_4_cpus, stora
         assert list(history["training_iteration"][:mine[0]["training_iteration"]]) == \
             list(range(1, mine[0]["training_iteration"] + 1))
         after = history.iloc[mine[0]["training_iteration"]:]
+        assert len(after) or mine[0]["donor_training_iteration"] == STEPS
         assert after["experiment_tag"].str.contains("@perturbed").all()
         donor_at = mine[-1]["donor_training_iteration"]
         last = history.iloc[len(history) - (STEPS - donor_at):]

@@ -86,3 +86,15 @@ def test_owns_directory_decides_whether_a_reported_directory_is_deleted(tmp_path
     assert not os.path.exists(made.path)
     # Ownership is not pickled: a copy in another process never deletes the original.
     assert pickle.loads(pickle.dumps(adopted)).owns_directory is False
+
+
+def test_a_copy_that_fails_leaves_no_temporary_directory(tmp_path, monkeypatch):
+    """to_directory() into a directory of its own: a source that is gone (a retention
+    deleted it meanwhile) raises and leaves nothing behind."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = Checkpoint(str(tmp_path / "deleted_checkpoint"))
+    with pytest.raises(OSError):
+        gone.to_directory()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("trainyard_ckpt_")]
