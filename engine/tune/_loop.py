@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal import storage as _storage
 from engine._internal import trial as _trial
@@ -29,6 +29,7 @@ from engine._internal.stopping import StopCheck, make_stopper
 from engine._internal.trial import Trial
 from engine._internal.worker_group import WorkerGroup
 from engine._internal.worker_pool import WorkerGroupPool, group_key, shared_pool
+from engine.checkpoint import Checkpoint
 from engine.callbacks import Callback
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
@@ -405,14 +406,23 @@ class TrialLoop:
                  ) -> Optional[TrialDecision]:
         """Copy the donor's checkpoint (outside the lock: it may be large) and restart
         this trial from it with the perturbed config."""
+        taken = self.take_exploit(run, exploit, metrics)
+        if taken is None:
+            return None
+        ckpt, train_config = taken
+        return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
+                             trial_info={"experiment_tag": run.trial.experiment_tag})
+
+    def take_exploit(self, run: TrialRun, exploit: Exploit, metrics: Dict[str, Any]
+                     ) -> Optional[Tuple[Checkpoint, Dict[str, Any]]]:
+        """The copy of the donor's checkpoint the trial restarts from and the config its
+        training function gets (the exploit recorded); None: it goes on unchanged."""
         copied = copy_donor_checkpoint(exploit, run.trial.trial_name)
         if copied is None:
             return None
         ckpt, source = copied
-        train_config = self._adopt_exploit(
+        return ckpt, self._adopt_exploit(
             run, dataclasses.replace(exploit, checkpoint=source), metrics)
-        return TrialDecision(TrialAction.RESTART, config=train_config, checkpoint=ckpt,
-                             trial_info={"experiment_tag": run.trial.experiment_tag})
 
     def _adopt_exploit(self, run: TrialRun, exploit: Exploit, metrics: Dict[str, Any]
                        ) -> Dict[str, Any]:

@@ -9,13 +9,11 @@ report, so that a final report is never paused) is taken by the pause itself.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from engine._internal import trial as _trial
 from engine._internal.controller import TrialAction, TrialDecision
-from engine.tune._pbt import copy_donor_checkpoint
 from engine.tune._restore import PAUSED
 from engine.tune.schedulers import Exploit, TrialScheduler
 
@@ -103,11 +101,9 @@ class PausedTrials:
         spec = self.loop.spec_of(run)
         if exploit is not None:
             metrics = dict(run.trial.last_result or {})
-            copied = copy_donor_checkpoint(exploit, run.trial.trial_name)
-            if copied is not None:
-                ckpt, source = copied
-                train_config = self.loop._adopt_exploit(
-                    run, dataclasses.replace(exploit, checkpoint=source), metrics)
+            taken = self.loop.take_exploit(run, exploit, metrics)
+            if taken is not None:
+                ckpt, train_config = taken
                 spec.adopt_checkpoint = ckpt
                 spec.train_loop_config = train_config
                 spec.trial_info["experiment_tag"] = run.trial.experiment_tag
