@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
@@ -39,3 +39,21 @@ class Backend:
 
     def on_shutdown(self, worker_group: "WorkerGroup", backend_config: Any) -> None:
         """Before the workers are stopped (best effort: a dead group skips it)."""
+
+
+_PORT_ATTEMPTS = 5
+
+
+def distinct_free_ports(worker_group: "WorkerGroup", framework: str) -> List[Tuple[str, int]]:
+    """``(node address, port)`` for each worker, drawn on its own node, no two alike
+    (two workers of one node could draw the same port)."""
+    import ray
+
+    from engine.exceptions import WorkerGroupStartupError
+
+    for _ in range(_PORT_ATTEMPTS):
+        addresses = ray.get([a.free_port.remote() for a in worker_group.actors])
+        if len(set(addresses)) == len(addresses):
+            return addresses
+    raise WorkerGroupStartupError(f"Could not find distinct free ports for the {framework} "
+                                  "workers; retry, or free ports on the nodes.")

@@ -31,6 +31,38 @@ def _node_ip() -> str:
         return "127.0.0.1"
 
 
+# Ports for servers a framework binds itself are drawn from here up to the kernel's
+# ephemeral range: a port bound as port 0 (and closed) could be taken by the next
+# process that binds port 0 or connects out (Ray's gRPC servers, a store client) before
+# the framework binds it; a port below that range is only taken by name. From 20000:
+# above Ray's worker ports (10002-19999 by default).
+_DRAW_LOW = 20000
+
+
+def draw_free_port(attempts: int = 200) -> int:
+    """A port free on every interface now, drawn below the ephemeral range; a port-0
+    one where that range leaves no room or all draws were taken."""
+    import random
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux
+        ephemeral_low = 32768
+    draw = random.SystemRandom()  # not the user's seeded generator: workers differ
+    for _ in range(attempts if ephemeral_low > _DRAW_LOW else 0):
+        port = draw.randrange(_DRAW_LOW, ephemeral_low)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def _call_train_func(train_func: Callable, config: Optional[Dict[str, Any]]) -> Any:
     try:
         params = inspect.signature(train_func).parameters
@@ -122,9 +154,9 @@ class TrainWorker:
         os.environ.update({k: str(v) for k, v in env.items()})
 
     def free_port(self) -> Tuple[str, int]:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return _node_ip(), s.getsockname()[1]
+        """This node's address and a port free now, for a server a framework starts
+        next on this worker (TensorFlow's gRPC server, LightGBM's sockets)."""
+        return _node_ip(), draw_free_port()
 
     # --- training ----------------------------------------------------------------
     def start_training(self, train_func: Callable, config: Optional[Dict[str, Any]],

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict
 
-from engine._internal.backend import Backend
+from engine._internal.backend import Backend, distinct_free_ports
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
                                           set_worker_params)
-from engine.exceptions import WorkerGroupStartupError
 
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
 
 _INSTALL_HINT = "engine.lightgbm needs LightGBM: pip install 'trainyard[lightgbm]'"
-_PORT_ATTEMPTS = 5
 
 
 def import_lightgbm() -> Any:
@@ -39,7 +37,7 @@ class LightGBMBackend(Backend):
         if n == 1:
             ray.get(worker_group.actors[0].execute.remote(set_worker_params, "lightgbm", {}))
             return
-        addresses = _distinct_ports(worker_group)
+        addresses = distinct_free_ports(worker_group, "LightGBM")
         machines = ",".join(f"{ip}:{port}" for ip, port in addresses)
         minutes = max(1, math.ceil(backend_config.timeout_s / 60))
         ray.get([actor.execute.remote(set_worker_params, "lightgbm", {
@@ -61,19 +59,6 @@ class LightGBMConfig(GBDTConfig):
     """
 
     _backend = LightGBMBackend
-
-
-def _distinct_ports(worker_group: "WorkerGroup") -> List[Tuple[str, int]]:
-    """One free port per worker, no two alike on one node (the OS may hand a port just
-    released by one worker to the next)."""
-    import ray
-
-    for _ in range(_PORT_ATTEMPTS):
-        addresses = ray.get([a.free_port.remote() for a in worker_group.actors])
-        if len(set(addresses)) == len(addresses):
-            return addresses
-    raise WorkerGroupStartupError("Could not find distinct free ports for the LightGBM "
-                                  "workers; retry, or free ports on the nodes.")
 
 
 # --- worker side -------------------------------------------------------------------------

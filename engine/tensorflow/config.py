@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
-from engine._internal.backend import Backend, BackendConfig
+from engine._internal.backend import Backend, BackendConfig, distinct_free_ports
 from engine.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -98,9 +98,8 @@ class TensorflowBackend(Backend):
     def on_start(self, worker_group: "WorkerGroup", backend_config: TensorflowConfig) -> None:
         import ray
 
-        # One port per worker, taken on the worker's own node.
-        found: List[Tuple[str, int]] = ray.get(
-            [actor.free_port.remote() for actor in worker_group.actors])
+        # One port per worker, drawn on the worker's own node.
+        found = distinct_free_ports(worker_group, "TensorFlow")
         addresses = [format_address(ip, port) for ip, port in found]
         ray.get([actor.execute.remote(_set_tf_config, build_tf_config(addresses, rank))
                  for rank, actor in enumerate(worker_group.actors)])
