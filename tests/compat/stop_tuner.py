@@ -28,7 +28,7 @@ space = {"scale": tune.grid_search([1, 2]), "cap": 100}
 # A dict: every trial stops at its 5th report.
 grid = run({"training_iteration": 5}, space)
 assert [r.metrics["training_iteration"] for r in grid] == [5, 5]
-assert grid.num_errors == 0 and grid.num_terminated == 2
+assert grid.num_errors == 0 and grid.num_terminated == 2, grid.errors
 
 # A function: trial-dependent.
 grid = run(lambda trial_id, result: result["score"] >= 6, space)
@@ -60,7 +60,7 @@ assert sorted(r.metrics["score"] for r in grid) == [11, 12]
 # A timeout ends the experiment (stop_all).
 start = time.time()
 grid = run(TimeoutStopper(3), {"scale": 1, "cap": 100, "sleep": 1})
-assert time.time() - start < 25 and grid[0].metrics["step"] < 29 and grid.num_errors == 0
+assert time.time() - start < 25 and grid[0].metrics["step"] < 29 and grid.num_errors == 0, grid.errors
 
 
 # A stopper that raises fails the trial, naming the stopper.

@@ -279,7 +279,7 @@ def test_tuner_merges_param_space_into_the_algorithm_config(rllib, ray_start_4_c
         run_config=RunConfig(storage_path=storage_path, name="tune", verbose=0),
     ).fit()
 
-    assert grid.num_errors == 0 and len(grid) == 2
+    assert grid.num_errors == 0 and len(grid) == 2, grid.errors
     used = sorted(r.metrics["learners"]["default_policy"]["default_optimizer_learning_rate"]
                   for r in grid)
     assert used == pytest.approx([1e-4, 1e-3])

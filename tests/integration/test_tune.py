@@ -83,7 +83,7 @@ def test_seed_example_grid_over_a_torch_trainer(ray_start_4_cpus, storage_path):
                              verbose=0),
     )
     grid = tuner.fit()
-    assert len(grid) == 15 and grid.num_errors == 0 and grid.num_terminated == 15
+    assert len(grid) == 15 and grid.num_errors == 0 and grid.num_terminated == 15, grid.errors
     best = grid.get_best_result()
     assert best.metrics["output"] == 3
     assert best.config == {"train_loop_config": {"num_epochs": 2, "input": 3}}
@@ -148,7 +148,7 @@ def test_function_trainable_concurrency_and_actor_reuse(ray_start_4_cpus, storag
                                max_concurrent_trials=2, seed=3),
         run_config=RunConfig(storage_path=storage_path, callbacks=[rec], verbose=0),
     ).fit()
-    assert len(grid) == 8 and grid.num_errors == 0
+    assert len(grid) == 8 and grid.num_errors == 0, grid.errors
     assert rec.max_concurrent() <= 2
     # Trials ran on reused worker processes (at most one per concurrent slot, plus a
     # replacement if a pooled one died).
@@ -174,7 +174,7 @@ def test_asha_stops_most_trials_early_and_keeps_the_best(ray_start_4_cpus, stora
                                                        reduction_factor=3)),
         run_config=RunConfig(storage_path=storage_path, verbose=0),
     ).fit()
-    assert len(grid) == 12 and grid.num_errors == 0
+    assert len(grid) == 12 and grid.num_errors == 0, grid.errors
     iterations = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
     stopped_early = [x for x, it in iterations.items() if it < 9]
     assert len(stopped_early) >= len(xs) // 2, iterations
@@ -225,7 +225,7 @@ def test_pbt_exploits_and_ends_better_than_fixed_configs(ray_start_4_cpus, stora
     pbt = tune(PopulationBasedTraining(
         time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
         hyperparam_mutations={"lr": [0.1, 0.2, 0.3]}, resample_probability=1.0), "pbt")
-    assert fixed.num_errors == 0 and pbt.num_errors == 0
+    assert fixed.num_errors == 0 and pbt.num_errors == 0, fixed.errors + pbt.errors
     best_fixed = max(sum(pbt_gain(lr, s) for s in range(STEPS)) for lr in lrs)
     assert fixed.get_best_result(metric="value").metrics["value"] == pytest.approx(best_fixed)
     assert pbt.get_best_result(metric="value").metrics["value"] > best_fixed + 1e-6
@@ -278,7 +278,7 @@ def test_optuna_search_finds_the_quadratic_minimum(ray_start_4_cpus, storage_pat
                                                                        seed=0))),
         run_config=RunConfig(storage_path=storage_path, verbose=0),
     ).fit()
-    assert len(grid) == 25 and grid.num_errors == 0
+    assert len(grid) == 25 and grid.num_errors == 0, grid.errors
     best = grid.get_best_result()
     assert best.metrics["loss"] < 1.0
     assert abs(best.config["x"] - 1.5) < 1.0 and abs(best.config["y"] + 0.5) < 1.0
@@ -403,7 +403,7 @@ def test_time_budget_stops_running_trials_and_starts_no_more(ray_start_4_cpus,
     grid = Tuner(slow_trainable, param_space={"x": grid_search(list(range(6)))},
                  tune_config=TuneConfig(max_concurrent_trials=2, time_budget_s=2.0),
                  run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
-    assert 1 <= len(grid) <= 3 and grid.num_errors == 0
+    assert 1 <= len(grid) <= 3 and grid.num_errors == 0, grid.errors
     assert all(r.metrics["done"] and r.metrics["training_iteration"] < 200 for r in grid)
 
 
@@ -431,7 +431,7 @@ def test_restore_errored_trials(ray_start_4_cpus, storage_path, tmp_path, option
     assert len(log.read_text().splitlines()) == 2
     fixed.write_text("ok")
     grid = Tuner.restore(path, checkpointed_flaky, **{option: True}).fit()
-    assert grid.num_errors == 0 and sorted(r.metrics["i"] for r in grid) == [3, 3]
+    assert grid.num_errors == 0 and sorted(r.metrics["i"] for r in grid) == [3, 3], grid.errors
     starts = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(s["x"] for s in starts[:2]) == [0, 1] and len(starts) == 3
     assert starts[-1]["x"] == 1  # only the failed trial ran again

@@ -63,7 +63,7 @@ def test_the_fit_after_a_tune_runs_on_the_tunes_workers(ray_start_4_cpus, storag
                      param_space={"train_loop_config": {"x": grid_search([1, 2, 3])}},
                      tune_config=TuneConfig(max_concurrent_trials=1),
                      run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
-        assert grid.num_errors == 0
+        assert grid.num_errors == 0, grid.errors
         tune_pids = [_pids(r) for r in grid]
         assert tune_pids[0] == tune_pids[1] == tune_pids[2]  # one group, reused
         result = _torch_trainer(storage_path, "final").fit()

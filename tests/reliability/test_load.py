@@ -59,7 +59,7 @@ def test_tuner_of_100_small_trials_leaves_none_pending(ray_start_4_cpus, storage
     grid = Tuner(_tiny, param_space={"i": grid_search(list(range(100)))},
                  tune_config=TuneConfig(metric="x", mode="max"),
                  run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
-    assert len(grid) == 100 and grid.num_errors == 0
+    assert len(grid) == 100 and grid.num_errors == 0, grid.errors
     assert grid.num_terminated == 100
     assert sorted(r.metrics["x"] for r in grid) == list(range(100))
     assert grid.get_best_result().metrics["x"] == 99
