@@ -11,25 +11,40 @@ driver killed at any point survives:
 3. the commit marker is written: from now on the checkpoint counts. Until then a resume
    drops it (the record lists it, but its marker is missing) and redoes the round;
 4. only then are the checkpoints retention dropped deleted.
+
+A step that fails (a full disk, storage that stays down past its retries) fails the run
+with :class:`CommitFailed`: nothing of that checkpoint counts, the bookkeeping is as it
+was before, and a later ``fit()`` resumes from the last committed one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shutil
 import time
 import warnings
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional, Set
 
 from engine import constants
 from engine._internal import storage as _storage
-from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
+from engine._internal.failure_policy import FatalError
 from engine._internal.report_handler import Round
 from engine._internal.run_record import RunRecord
 from engine._internal.run_spec import RunSpec
 from engine._internal.session import ReportItem
 from engine.checkpoint import Checkpoint
-from engine.exceptions import CheckpointError
+from engine.exceptions import StorageError
 from engine.preprocessors import save_preprocessor
+
+logger = logging.getLogger("engine")
+
+
+class CommitFailed(FatalError):
+    """A complete round's checkpoint could not be committed (e.g. the disk is full).
+    Not retried: another attempt would train into the same storage."""
 
 
 class CheckpointCommitter:
@@ -81,10 +96,12 @@ class CheckpointCommitter:
         The record must already hold the round (``RunRecord.add_round``)."""
         index = self.manager.next_index
         dest = _storage.join(self.storage.root, self.manager.next_dir_name())
-        taken = self._move_staged(items, dest)
-        kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
-        taken.update(self._write_checkpoint_extras(dest, index, kept_metrics, taken))
-        self._publish(dest, index, iteration, kept_metrics, sorted(taken))
+        with self._committing(dest, iteration):
+            taken = self._move_staged(items, dest)
+            kept_metrics = {k: v for k, v in metrics.items() if k != "config"}
+            taken.update(self._write_checkpoint_extras(dest, index, kept_metrics, taken))
+            dropped = self._publish(dest, index, iteration, kept_metrics, sorted(taken))
+        self._delete(dropped)
         staging = staging_round(items)
         if staging:
             self.storage.delete_dir(staging)
@@ -96,28 +113,56 @@ class CheckpointCommitter:
         copy: it lives as long as this run keeps it, whatever the donor's retention."""
         index = self.manager.next_index
         dest = _storage.join(self.storage.root, self.manager.next_dir_name())
-        with ckpt.as_directory() as local_dir:
-            files = self.storage.upload_dir(local_dir, dest)
-        if ckpt.owns_directory:
-            shutil.rmtree(ckpt.path, ignore_errors=True)
-        metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
-        self._publish(dest, index, iteration, metrics, files)
+        with self._committing(dest, iteration):
+            with ckpt.as_directory() as local_dir:
+                files = self.storage.upload_dir(local_dir, dest)
+            if ckpt.owns_directory:
+                shutil.rmtree(ckpt.path, ignore_errors=True)
+            metrics = dict(ckpt.metrics or {}, training_iteration=iteration)
+            dropped = self._publish(dest, index, iteration, metrics, files)
+        self._delete(dropped)
         return self._checkpoint(dest, metrics)
 
     def _publish(self, dest: str, index: int, iteration: int, metrics: Dict[str, Any],
-                 files: List[str]) -> None:
-        """Steps 2-4 of the module docstring for a directory whose files are in place."""
+                 files: List[str]) -> List[TrackedCheckpoint]:
+        """Steps 2-3 of the module docstring for a directory whose files are in place;
+        returns what retention dropped, for ``_delete``."""
         st = self.storage
         dropped = self.manager.register(index, iteration, metrics)
         self.record.save(self.manager)
         marker = {"index": index, "iteration": iteration, "metrics": metrics,
                   "files": files, "committed_at": time.time()}
-        try:
-            st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
-        except OSError as exc:
-            raise CheckpointError(f"Could not commit checkpoint {dest}: {exc}") from exc
+        st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
+        return dropped
+
+    def _delete(self, dropped: List[TrackedCheckpoint]) -> None:
+        """Step 4: after the commit (a failure here is not the commit's)."""
         for old in dropped:
-            st.delete_dir(_storage.join(st.root, old.dir_name))
+            self.storage.delete_dir(_storage.join(self.storage.root, old.dir_name))
+
+    @contextlib.contextmanager
+    def _committing(self, dest: str, iteration: int) -> Iterator[None]:
+        """A commit that fails leaves the bookkeeping as before it (a resume drops what
+        it wrote: no marker) and fails the run with :class:`CommitFailed`, saying what
+        the run keeps and how to go on."""
+        tracked = list(self.manager.tracked)
+        try:
+            yield
+        except (OSError, StorageError) as exc:
+            self.manager.tracked = tracked
+            try:  # no marker, so nothing of it counts; free its room at once
+                self.storage.delete_dir(dest)
+            except Exception as cleanup:  # noqa: BLE001 - a resume removes it anyway
+                logger.warning("Could not remove the uncommitted %s: %s", dest, cleanup)
+            latest = self.manager.latest
+            keeps = (f"its latest checkpoint is still {latest.dir_name}" if latest
+                     else "it has no committed checkpoint")
+            raise CommitFailed(
+                f"Could not commit {os.path.basename(dest)} (training_iteration "
+                f"{iteration}) in {self.storage.display()}: {exc}. Nothing of it counts: "
+                f"{keeps}. Free space (or fix the storage), then call fit() again with "
+                "the same RunConfig(name, storage_path) to resume."
+            ) from exc
 
     def _move_staged(self, items: Dict[int, ReportItem], dest: str) -> Set[str]:
         """Move every rank's staged files into ``dest``; a file two ranks staged is

@@ -21,7 +21,8 @@ from engine._internal import storage as _storage
 from engine._internal import timeline
 from engine._internal.backend import Backend
 from engine._internal.callback_runner import CallbackRunner
-from engine._internal.checkpoint_committer import CheckpointCommitter, staging_round
+from engine._internal.checkpoint_committer import (CheckpointCommitter, CommitFailed,
+                                                   staging_round)
 from engine._internal.checkpoint_manager import CheckpointManager
 from engine._internal.data_plan import MATERIALIZE
 from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
@@ -38,7 +39,7 @@ from engine._internal.trial import Trial
 from engine._internal.worker_group import PollResult, WorkerGroup, drain
 from engine.config import log_file_names
 from engine.checkpoint import Checkpoint
-from engine.exceptions import TrainingFailedError, TrainyardError, WorkerError
+from engine.exceptions import StorageError, TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
 
 __all__ = ["Controller", "RunSpec", "RunState", "TrialAction", "TrialDecision"]
@@ -264,7 +265,10 @@ class Controller:
             return self._on_failure(diagnosis.health_check_failed(timeout))
         failure = self._take(results)
         if failure is not None:
-            return self._on_failure(self._diagnose(failure, results))
+            try:
+                return self._on_failure(self._diagnose(failure, results))
+            except CommitFailed as exc:  # a round complete before the failure, e.g. on
+                return self._on_failure(exc)  # the disk the failed round filled
         stalled = self._check_stall()
         if stalled is not None:
             return self._on_failure(stalled)
@@ -274,7 +278,10 @@ class Controller:
             return self._on_failure(exc)
         if decision is not None and decision.action is not TrialAction.CONTINUE:
             self._cancel_deferred()  # e.g. the tuner stops every trial meanwhile
-            return self._apply_decision(decision)
+            try:
+                return self._apply_decision(decision)
+            except CommitFailed as exc:  # PBT's adopted checkpoint
+                return self._on_failure(exc)
         mismatch = self.tracker.mismatch()
         if mismatch:
             return self._on_failure(FatalError(mismatch))
@@ -375,7 +382,13 @@ class Controller:
             return RunState.RESTARTING
         self._teardown()
         self.record.clean_staging()
-        self.record.finish(RunState.ERRORED.value, self.manager, error=str(error))
+        try:
+            self.record.finish(RunState.ERRORED.value, self.manager, error=str(error))
+        except (OSError, StorageError) as exc:  # e.g. the full disk that failed the run
+            logger.warning("Could not save the failed run's record (%s): it still shows "
+                           "the run as running, and fit() again resumes it from %s.",
+                           exc, self.manager.latest.dir_name if self.manager.latest
+                           else "scratch")
         return RunState.ERRORED
 
     def _apply_decision(self, decision: TrialDecision) -> RunState:

@@ -185,3 +185,83 @@ def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs
     assert os.path.exists(os.path.join(ckpt.path, constants.COMMIT_MARKER))
     assert {"w0.bin", "w1.bin"} <= set(os.listdir(ckpt.path))  # both ranks' files
     assert [h["training_iteration"] for h in info.value.result.history] == [1]
+
+
+def _stage(run_dir, attempt, iteration, rank, size):
+    """What a rank stages for a round: a file in the run's staging area, and its report."""
+    from engine._internal.session import ReportItem
+
+    staging = os.path.join(run_dir, ".staging", f"{attempt}_{iteration:06d}", f"rank_{rank}")
+    os.makedirs(staging)
+    with open(os.path.join(staging, f"w{rank}.bin"), "wb") as f:
+        f.write(os.urandom(size))
+    return ReportItem(iteration, {"training_iteration": iteration, "rank": rank},
+                      checkpoint_staging=staging, checkpoint_files=[f"w{rank}.bin"])
+
+
+def _fill(path):
+    """Another program writes ``path`` until the disk is full."""
+    import errno
+
+    with pytest.raises(OSError) as full, open(path, "wb") as f:
+        while True:
+            f.write(os.urandom(2 ** 16))
+            f.flush()
+    assert full.value.errno == errno.ENOSPC
+
+
+def test_a_disk_another_program_filled_fails_the_commit_cleanly_and_the_run_resumes(
+        small_tmpfs):
+    """Both ranks staged round 2, then another program filled the disk before the driver
+    committed it; the commit needs room (the model card, the record, the marker). The
+    run fails saying so and what it keeps (before: a bare OSError out of fit(), with the
+    in-memory bookkeeping pointing at the checkpoint that never committed); once space
+    is freed, fit() again resumes from round 1's checkpoint. No Ray: the worker group is
+    scripted."""
+    from engine._internal.backend import BackendConfig
+    from engine._internal.controller import Controller, RunSpec
+    from engine._internal.worker_group import PollResult
+    from tests.fakes import FakeWorkerGroup
+
+    run_dir = os.path.join(str(small_tmpfs), "run")
+    ballast = os.path.join(str(small_tmpfs), "another_program.bin")
+
+    def spec():
+        return RunSpec(train_func=lambda: None, train_loop_config={},
+                       scaling_config=ScalingConfig(num_workers=2),
+                       run_config=RunConfig(name="run", storage_path=str(small_tmpfs),
+                                            verbose=0),
+                       backend_config=BackendConfig())
+
+    def round_(attempt, iteration, finished=False, then=None):
+        def answer():
+            items = [_stage(run_dir, attempt, iteration, r, 2 ** 16) for r in (0, 1)]
+            if then is not None:
+                then()
+            return [PollResult(r, [items[r]], finished) for r in (0, 1)]
+        return answer
+
+    first = FakeWorkerGroup.scripted([[round_("001", 1),
+                                       round_("001", 2, then=lambda: _fill(ballast))]])
+    with pytest.raises(TrainingFailedError) as info:
+        Controller(spec(), worker_group_cls=first).run()
+    message = str(info.value)
+    assert "Could not commit checkpoint_000001" in message, message
+    assert "No space left on device" in message, message
+    assert "latest checkpoint is still checkpoint_000000" in message, message
+    assert "fit() again" in message, message
+    kept = os.path.join(run_dir, "checkpoint_000000")
+    assert info.value.result.checkpoint.path == kept
+    assert Checkpoint.from_directory(kept).path == kept
+    assert os.path.exists(os.path.join(kept, constants.COMMIT_MARKER))
+    # Nothing of the failed commit is left to look like a checkpoint.
+    assert sorted(d for d in os.listdir(run_dir) if d.startswith("checkpoint_")) \
+        == ["checkpoint_000000"]
+
+    os.remove(ballast)  # space freed: the same run resumes from round 1's checkpoint
+    resumed = FakeWorkerGroup.scripted([[round_("002", 2, finished=True)]])
+    result = Controller(spec(), worker_group_cls=resumed).run()
+    assert resumed.started[0].session_args[0]["checkpoint"].path == kept
+    assert result.checkpoint.path == os.path.join(run_dir, "checkpoint_000001")
+    assert {"w0.bin", "w1.bin"} <= set(os.listdir(result.checkpoint.path))
+    assert [h["training_iteration"] for h in result.history] == [1, 2]
