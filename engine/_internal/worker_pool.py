@@ -156,6 +156,9 @@ def reset_worker() -> bool:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        torch_config = sys.modules.get("engine.torch.config")
+        if torch_config is not None:
+            torch_config.release_store()
         return not dist.is_initialized()
     return True
 

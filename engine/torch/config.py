@@ -73,9 +73,16 @@ def _positive(value: object) -> bool:
 _JOINED_KEY = "trainyard/joined"
 _ALL_JOINED_KEY = "trainyard/all_joined"
 
-# Rank 0's rendezvous store, held for the worker process's life (torch's process group
-# holds it too; the process is stopped after the run, never reused).
+# Rank 0's rendezvous store, held until the process group is destroyed (torch's process
+# group holds it too); a worker the pool keeps for another trial drops it then.
 _MASTER_STORE: Any = None
+
+
+def release_store() -> None:
+    """Drop rank 0's store (after the process group was destroyed): its port is freed,
+    and a worker kept for the next trial opens a new one if it is rank 0 again."""
+    global _MASTER_STORE
+    _MASTER_STORE = None
 
 
 def _start_master_store(master: str, world_size: int, rendezvous_timeout_s: float) -> int:

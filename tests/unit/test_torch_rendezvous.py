@@ -122,3 +122,26 @@ def test_frameworks_ports_are_drawn_below_the_ephemeral_range():
     for p in ports:
         with socket.socket() as s:
             s.bind(("", p))
+
+
+def test_a_worker_kept_for_the_next_trial_sets_up_a_new_process_group(monkeypatch):
+    """The pool resets a worker between trials (engine._internal.worker_pool): the
+    process group is destroyed and rank 0's store dropped, and the next trial's set-up
+    on the same process opens its own (one rank, in this process)."""
+    import torch.distributed as dist
+
+    from engine._internal.worker_pool import reset_worker
+    from engine.torch import config
+
+    monkeypatch.setattr(config, "_MASTER_STORE", None)
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                 "LOCAL_WORLD_SIZE", "NODE_RANK"):  # set by the set-up, as on a worker
+        monkeypatch.setenv(name, "")
+    for trial in range(2):
+        port = config._start_master_store("127.0.0.1", 1, 30)
+        config._setup_worker("gloo", "127.0.0.1", port, 0, 1, 0, 1, 0, 30, 30)
+        t = torch.ones(1) * (trial + 1)
+        dist.all_reduce(t)
+        assert float(t.item()) == trial + 1
+        assert reset_worker() is True
+        assert not dist.is_initialized() and config._MASTER_STORE is None
