@@ -141,36 +141,21 @@ def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs
     rank 0 failed staging round 2 on the disk that round filled. Round 1 is complete and
     must be committed: its commit (the run record, the marker) needs room, which the
     failed round's partial files took. No Ray: the worker group is scripted."""
-    import errno
-
     from engine._internal.backend import BackendConfig
     from engine._internal.controller import Controller, RunSpec
-    from engine._internal.session import ReportItem
     from engine._internal.worker_group import PollResult
     from tests.fakes import FakeWorkerGroup, raised
 
     run_dir = os.path.join(str(small_tmpfs), "run")
-
-    def stage(iteration, rank, size):
-        staging = os.path.join(run_dir, ".staging", f"001_{iteration:06d}", f"rank_{rank}")
-        os.makedirs(staging)
-        with open(os.path.join(staging, f"w{rank}.bin"), "wb") as f:
-            f.write(os.urandom(size))
-        return ReportItem(iteration, {"training_iteration": iteration, "rank": rank},
-                          checkpoint_staging=staging, checkpoint_files=[f"w{rank}.bin"])
-
     pending = {}
 
     def round_1_then_rank_0_fills_the_disk():
-        r0, pending[1] = stage(1, 0, 2 ** 20), stage(1, 1, 2 ** 20)
+        r0 = _stage(run_dir, "001", 1, 0, 2 ** 20)
+        pending[1] = _stage(run_dir, "001", 1, 1, 2 ** 20)
         partial = os.path.join(run_dir, ".staging", "001_000002", "rank_0")
         os.makedirs(partial)
-        with pytest.raises(OSError) as full, open(os.path.join(partial, "w0.bin"), "wb") as f:
-            while True:
-                f.write(os.urandom(2 ** 16))
-                f.flush()
-        assert full.value.errno == errno.ENOSPC
-        return [PollResult(0, [r0], True, error=raised(0, full.value).error)]
+        full = _fill(os.path.join(partial, "w0.bin"))  # rank 0 staging round 2
+        return [PollResult(0, [r0], True, error=raised(0, full).error)]
 
     script = [round_1_then_rank_0_fills_the_disk, lambda: [PollResult(1, [pending[1]])]]
     spec = RunSpec(train_func=lambda: None, train_loop_config={},
@@ -200,7 +185,7 @@ def _stage(run_dir, attempt, iteration, rank, size):
 
 
 def _fill(path):
-    """Another program writes ``path`` until the disk is full."""
+    """Writes ``path`` until the disk is full; returns the ENOSPC error."""
     import errno
 
     with pytest.raises(OSError) as full, open(path, "wb") as f:
@@ -208,6 +193,7 @@ def _fill(path):
             f.write(os.urandom(2 ** 16))
             f.flush()
     assert full.value.errno == errno.ENOSPC
+    return full.value
 
 
 def test_a_disk_another_program_filled_fails_the_commit_cleanly_and_the_run_resumes(
