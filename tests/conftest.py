@@ -217,31 +217,14 @@ class S3Server:
 
 
 def _free_port() -> int:
-    """A loopback port free now, for a server a test starts next. Drawn below the
-    kernel's ephemeral range (and above Ray's worker ports, 10002-19999): a port the
+    """A port free now, for a server a test starts next: the engine's own draw, below
+    the kernel's ephemeral range (and above Ray's worker ports, 10002-19999). A port the
     kernel handed out for port 0 could be taken by the next process that binds port 0
     (Ray's gRPC servers do, in other test processes) before the server binds it (CI: a
     Prefect server's port answered in HTTP/2, Ray's)."""
-    import random
-    import socket
+    from engine._internal.worker import draw_free_port
 
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            ephemeral_low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral_low = 32768
-    draw = random.SystemRandom()  # not the tests' seeded generator: workers differ
-    for _ in range(200):
-        port = draw.randrange(20000, max(ephemeral_low, 20001))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return draw_free_port()
 
 
 def _wait_http(url: str, proc, timeout: float) -> bool:
