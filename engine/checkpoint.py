@@ -11,14 +11,15 @@ import os
 import pickle
 import shutil
 import tempfile
-from typing import Any, Dict, Iterator, Optional, Tuple
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple
 
 from engine import constants
 from engine import preprocessors as _pp
 from engine._internal import storage as _storage
 from engine.exceptions import CheckpointError
+
+if TYPE_CHECKING:  # pyarrow loads when storage is first used, not with engine
+    import pyarrow.fs as pafs
 
 
 class Checkpoint:

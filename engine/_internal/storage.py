@@ -25,14 +25,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
-import pyarrow.fs as pafs
-
 from engine import constants
 from engine._internal import storage_commit as _commit
 from engine._internal.storage_paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
                                             default_root, is_uri, join,
                                             memory_storage_path, memory_storage_root,
-                                            remember_filesystem, resolve)
+                                            pafs, remember_filesystem, resolve)
 from engine._internal.storage_retry import (DEFAULT_RETRY_S, RETRY_ENV_VAR, is_transient,
                                             retrying, service_error)
 from engine._internal.uris import redact, safe_reason, scrub
@@ -44,6 +42,7 @@ __all__ = [
     "memory_storage_path", "memory_storage_root", "redact", "remember_filesystem",
     "resolve", "scrub", "service_error",
 ]
+
 
 _UPLOAD_THREADS = 8
 _COPY_CHUNK = 8 * 1024 * 1024

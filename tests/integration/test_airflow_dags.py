@@ -27,7 +27,8 @@ PIPELINE = "digits"
 RETRAIN, BATCH = f"retrain_{PIPELINE}", f"batch_predict_{PIPELINE}"
 ASSET_URI = f"trainyard://models/{PIPELINE}/production"
 TRAIN_EPOCHS = 4
-HEAVY = ("torch", "tensorflow", "ray", "xgboost", "lightgbm", "transformers")
+# pyarrow: engine loads it when storage is first used, not on import (0.07 s a parse).
+HEAVY = ("torch", "tensorflow", "ray", "xgboost", "lightgbm", "transformers", "pyarrow")
 
 
 # --- the test side ----------------------------------------------------------------------

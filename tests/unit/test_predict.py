@@ -62,7 +62,7 @@ def _torch_out(model, x: np.ndarray) -> np.ndarray:
 # --- import weight --------------------------------------------------------------------
 def test_importing_engine_predict_imports_no_framework():
     code = ("import sys, engine, engine.predict; "
-            "print([m for m in ('torch', 'sklearn', 'matplotlib', 'ray.data') "
+            "print([m for m in ('torch', 'sklearn', 'matplotlib', 'ray.data', 'pyarrow') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
