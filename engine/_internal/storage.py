@@ -43,7 +43,6 @@ __all__ = [
     "resolve", "scrub", "service_error",
 ]
 
-
 _UPLOAD_THREADS = 8
 _COPY_CHUNK = 8 * 1024 * 1024
 logger = logging.getLogger("engine")

@@ -32,17 +32,18 @@ from engine._internal.uris import learn_secrets, redact, safe_reason
 from engine.exceptions import StorageError
 
 
-
 class _PyarrowFs:
     """``pyarrow.fs``, imported on first use. pyarrow (numpy with it) was most of what
     ``import engine`` cost (0.11 of 0.12 s), paid by every process that imports engine:
     each training worker, and Airflow's parse of each DAG file, also where nothing
     touches storage (a worker that only reports metrics)."""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # only for a name not yet looked up
         import pyarrow.fs
 
-        return getattr(pyarrow.fs, name)
+        value = getattr(pyarrow.fs, name)
+        setattr(self, name, value)  # later lookups are a plain attribute read
+        return value
 
 
 pafs: Any = _PyarrowFs()
