@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -126,13 +125,12 @@ def test_window_incremental_and_unchanged_on_s3(s3_events, s3_storage_path, coun
     assert second.schema == full.schema
     assert _rows(second).equals(_rows(full))
 
-    # Nothing changed: the same reference back, nothing opened, well under a second.
-    t0 = time.perf_counter()
+    # Nothing changed: the same reference back, nothing opened. (Its speed is not
+    # asserted here: a timed assert fails on a loaded machine — 0.70 s against 0.5 s in
+    # CI31 at load average 20–38 — and speed belongs in bench/.)
     again = core.ingest(uri, storage=s3_storage_path, window=WEEK, until="2026-11-27",
                         incremental=True)
-    elapsed = time.perf_counter() - t0
     assert again == second and counting[-1].opened == []
-    assert elapsed < 0.5, f"unchanged incremental ingest took {elapsed:.2f} s"
 
 
 def test_a_rewritten_partition_is_read_again(tmp_path, counting):
