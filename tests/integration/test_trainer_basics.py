@@ -277,9 +277,11 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     """The engine's local Ray starts its own instance even when a stale
     ``ray_current_cluster`` file (left by ``ray start`` or a test Cluster) points at a
     dead cluster, which a plain ``ray.init()`` would try to join; and Ray's default
-    renice of workers by 15 is undone, so training competes as torchrun's would. When
-    the script ends, none of the instance's processes outlives it (the engine stops
-    Ray's autoscaler monitor itself at exit, ahead of Ray's slower shutdown)."""
+    renice of workers by 15 is undone, so training competes as torchrun's would. Its
+    processes retry the raylet's sockets every 20 ms (Ray's 1 s wait there made half of
+    all starts a second late), within Ray's 10 s. When the script ends, none of the
+    instance's processes outlives it (the engine stops Ray's autoscaler monitor itself
+    at exit, ahead of Ray's slower shutdown)."""
     import shutil
     import subprocess
     import sys
@@ -297,6 +299,8 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
             "node = ray._private.worker._global_node\n"
             "print(sorted(i.process.pid for infos in node.all_processes.values() "
             "for i in infos))\n"
+            "print(ray.get(ray.remote(lambda: [ray._config.raylet_client_connect_timeout"
+            "_milliseconds(), ray._config.raylet_client_num_connect_attempts()]).remote()))\n"
             "print(ray.get(ray.remote(lambda: os.nice(0)).remote()) - os.nice(0))\n")
     env = driver_env()
     env["RAY_TMPDIR"] = ray_tmp
@@ -308,7 +312,8 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[-1] == "0"
-    pids = json.loads(lines[-2])
+    assert json.loads(lines[-2]) == [20, 500]  # as a worker of the instance sees it
+    pids = json.loads(lines[-3])
     assert len(pids) >= 4  # GCS, raylet, monitor, log monitor, ...
     alive = [pid for pid in pids if _alive(pid)]
     assert not alive, f"Ray processes outlived the script: {alive}"
