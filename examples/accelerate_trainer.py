@@ -5,8 +5,6 @@ From the seed page train-porting-code.rst, section "AccelerateTrainer"
 the inputs to [0, 1) so that SGD with lr=0.1 stays stable.
 """
 
-import os
-
 import ray
 import torch
 import torch.nn as nn
@@ -14,11 +12,13 @@ from accelerate import Accelerator
 
 from engine import Checkpoint, ScalingConfig, session
 from engine.huggingface import AccelerateTrainer
+from engine.runtime import ensure_ray
 
-# Start Ray before creating datasets: ray.data would otherwise start it with one logical
-# CPU per core, and on a 2-core machine the 2 workers would leave none for reading.
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 # If using GPUs, set this to True.
 use_gpu = False

@@ -6,19 +6,19 @@ Horovod itself is installed by ``make test`` (``bash scripts/install_horovod.sh
 .venv/bin/python``); without it ``HorovodTrainer`` raises ImportError naming that command.
 """
 
-import os
-
 import ray
 import torch
 import torch.nn as nn
 
 from engine import Checkpoint, ScalingConfig, session
 from engine.horovod import HorovodTrainer
+from engine.runtime import ensure_ray
 
-# Start Ray before creating datasets: ray.data would otherwise start it with one logical
-# CPU per core, and on a 2-core machine the 2 workers would leave none for reading.
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 input_size = 1
 layer_size = 15

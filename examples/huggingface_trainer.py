@@ -25,9 +25,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from engine import ScalingConfig
 from engine.huggingface import TransformersTrainer
+from engine.runtime import ensure_ray
 
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 block_size = 32
 

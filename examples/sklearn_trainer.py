@@ -4,17 +4,19 @@ The seed page air-trainers.rst leaves "ScikitLearn Trainer" to be filled in; thi
 what a Ray AIR user wrote (``ray.train.sklearn.SklearnTrainer``), in trainyard's names.
 """
 
-import os
-
 import ray
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.model_selection import KFold
 
 from engine import RunConfig, ScalingConfig
+from engine.runtime import ensure_ray
 from engine.sklearn import SklearnPredictor, SklearnTrainer
 
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 train_dataset = ray.data.from_items([{"x": x, "y": 2 * x} for x in range(0, 32, 3)])
 valid_dataset = ray.data.from_items([{"x": x, "y": 2 * x} for x in range(1, 32, 3)])

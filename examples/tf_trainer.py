@@ -9,18 +9,18 @@ model in ``MultiWorkerMirroredStrategy().scope()``, and batch the dataset by the
 *global* batch size, ``worker_batch_size * world_size``.
 """
 
-import os
-
 import pandas as pd
 import ray
 
 from engine import ScalingConfig, session
+from engine.runtime import ensure_ray
 from engine.tensorflow import TensorflowConfig, TensorflowPredictor, TensorflowTrainer
 
-# Start Ray before creating datasets: ray.data would otherwise start it with one logical
-# CPU per core, and on a 2-core machine the 2 workers would leave none for reading.
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 
 def build_model():

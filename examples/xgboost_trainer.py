@@ -4,17 +4,17 @@ From the seed page air-trainers.rst, section "XGBoost Trainer"
 (``doc_code/xgboost_trainer.py``). The seed uses 3 workers; this uses 2.
 """
 
-import os
-
 import ray
 
 from engine import ScalingConfig
+from engine.runtime import ensure_ray
 from engine.xgboost import XGBoostPredictor, XGBoostTrainer
 
-# Start Ray before creating datasets: ray.data would otherwise start it with one logical
-# CPU per core, and on a 2-core machine the 2 workers would leave none for reading.
-if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-    ray.init(num_cpus=int(os.environ.get("TRAINYARD_RAY_NUM_CPUS", max(4, os.cpu_count() or 1))))
+# Start Ray before creating datasets, as fit() would: the cluster in RAY_ADDRESS, else a
+# local Ray with at least 4 logical CPUs (TRAINYARD_RAY_NUM_CPUS). ray.data would
+# otherwise start one with a CPU per core, and on a 2-core machine the 2 workers would
+# leave none for reading.
+ensure_ray()
 
 train_dataset = ray.data.from_items([{"x": x, "y": x + 1} for x in range(32)])
 trainer = XGBoostTrainer(

@@ -22,9 +22,10 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     env.pop("RAY_ADDRESS", None)
     env["TRAINYARD_STORAGE_PATH"] = str(tmp_path)
     env["TRAINYARD_RAY_NUM_CPUS"] = "4"
-    # The scripts call a plain ray.init(), which joins the cluster named in
-    # <RAY_TMPDIR>/ray_current_cluster: a `ray start` that a test on the other xdist
-    # worker left there must not be it. A short path: Ray's socket names must fit.
+    # Each script starts its own local Ray (engine.runtime.ensure_ray), in a temp dir of
+    # its own, away from what other tests' Rays leave in /tmp/ray (a plain ray.init() or
+    # ray.data there would join the cluster a `ray start` named in ray_current_cluster).
+    # A short path: Ray's socket names must fit.
     ray_tmp = tempfile.mkdtemp(prefix="rayex", dir="/tmp")
     env["RAY_TMPDIR"] = ray_tmp
     try:
