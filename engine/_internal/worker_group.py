@@ -300,6 +300,9 @@ class WorkerGroup:
             except Exception:
                 pass
             self.placement_group = None
+        from engine._internal.ray_utils import sweep_worker_logs_if_due
+
+        sweep_worker_logs_if_due()
 
 
 def drain(group: Any, seconds: float) -> List[PollResult]:

@@ -543,3 +543,42 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def _hello_and_pid(config):
+    print("worker says hello")
+    engine.report({"worker_pid": os.getpid()})
+
+
+def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_path):
+    """The engine's sweep knows the files Ray 2.60 writes for a worker: once the worker
+    is gone, its ``.out``, ``.err`` and core worker log move to the session's
+    ``logs/old`` (where Ray itself moves such files) and the session runs on."""
+    import ray
+
+    from engine._internal.ray_utils import sweep_worker_logs
+    from engine.trainer import DataParallelTrainer
+
+    def fit():
+        return DataParallelTrainer(
+            _hello_and_pid, scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
+
+    pid = fit().metrics["worker_pid"]
+    deadline = time.monotonic() + 60
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    logs = ray._private.worker._global_node.get_logs_dir_path()
+
+    def files_of(directory):
+        return sorted(n for n in os.listdir(directory)
+                      if n.endswith((f"-{pid}.out", f"-{pid}.err", f"_{pid}.log")))
+
+    assert len(files_of(logs)) == 3, os.listdir(logs)  # .out, .err, core worker log
+    assert "worker says hello" in open(
+        os.path.join(logs, next(n for n in files_of(logs) if n.endswith(".out")))).read()
+    sweep_worker_logs(logs, older_than_s=0)
+    assert files_of(logs) == []
+    assert len(files_of(os.path.join(logs, "old"))) == 3
+    assert fit().metrics["worker_pid"] != pid  # the session goes on

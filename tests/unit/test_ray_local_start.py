@@ -290,3 +290,63 @@ def test_the_exit_wait_setting_falls_back_to_its_default_with_a_warning(
     with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
         assert ray_utils._exit_log_wait_s() == expected
     assert ("TRAINYARD_RAY_EXIT_LOG_WAIT_S" in caplog.text) == warned
+
+
+def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
+    """Dead workers' output and core worker logs, unchanged for a minute, go to old/;
+    a live worker's, a recent file, the driver's and Ray's own logs stay."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    names = {
+        "worker-2f02d4052d6007ca-01000000-101.out": "moved",   # dead, quiet
+        "worker-2f02d4052d6007ca-01000000-101.err": "moved",
+        "python-core-worker-2f02d4052d6007ca_101.log": "moved",
+        "worker-5b6053a03e83b1f3-01000000-102.out": "stays",   # dead, written just now
+        "worker-77aa-ffffffff-103.err": "stays",              # alive
+        "python-core-worker-77aa_103.log": "stays",
+        "python-core-driver-01000000ffff_104.log": "stays",   # the driver's
+        "raylet.err": "stays", "gcs_server.out": "stays", "log_monitor.log": "stays",
+    }
+    now = 1_000_000.0
+    for name in names:
+        (logs / name).write_text("line\n")
+        os.utime(logs / name, (now - 120, now - 120))
+    os.utime(logs / "worker-5b6053a03e83b1f3-01000000-102.out", (now - 5, now - 5))
+
+    moved = ray_utils.sweep_worker_logs(str(logs), now=now, alive=lambda pid: pid == 103)
+
+    assert moved == 3
+    assert {p.name for p in (logs / "old").iterdir()} == {
+        n for n, fate in names.items() if fate == "moved"}
+    assert {p.name for p in logs.iterdir() if p.is_file()} == {
+        n for n, fate in names.items() if fate == "stays"}
+    assert (logs / "old" / "worker-2f02d4052d6007ca-01000000-101.out").read_text() == "line\n"
+    # Once worker 103 is gone too, its two files follow; the recent one still stays.
+    assert ray_utils.sweep_worker_logs(str(logs), now=now, alive=lambda pid: False) == 2
+    assert (logs / "worker-5b6053a03e83b1f3-01000000-102.out").exists()
+    assert ray_utils.sweep_worker_logs(str(tmp_path / "nowhere")) == 0  # no error
+
+
+def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ray_utils, "sweep_worker_logs", lambda d: calls.append(d))
+    monkeypatch.setattr(ray_utils, "_last_sweep", 0.0)
+    monkeypatch.setattr(ray_utils.time, "monotonic", lambda: 1000.0)
+    monkeypatch.setattr(ray_utils, "_started_here", False)
+    ray_utils.sweep_worker_logs_if_due()
+    assert calls == []  # a Ray the user started is the user's
+    import ray
+
+    class Node:
+        def get_logs_dir_path(self):
+            return "/session/logs"
+
+    monkeypatch.setattr(ray._private.worker, "_global_node", Node())
+    monkeypatch.setattr(ray_utils, "_started_here", True)
+    ray_utils.sweep_worker_logs_if_due()
+    ray_utils.sweep_worker_logs_if_due()  # the same minute
+    assert calls == ["/session/logs"]
+    monkeypatch.setattr(ray_utils.time, "monotonic",
+                        lambda: 1000.0 + ray_utils.WORKER_LOGS_SWEEP_AFTER_S)
+    ray_utils.sweep_worker_logs_if_due()
+    assert calls == ["/session/logs"] * 2
