@@ -77,26 +77,15 @@ def pytest_runtest_logreport(report):
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
 
 
-_last_log_sweep = [0.0]
-
-
 def pytest_runtest_teardown(item, nextitem):
     """At most once a minute, the session Ray's gone workers' log files go to its
-    ``logs/old`` (``sweep_worker_logs``, what the engine does after a fit on a Ray it
-    started): Ray's log monitor lists the log directory 50 times a second, so its CPU
-    grew with every worker the session ever started."""
-    import time
+    ``logs/old`` (what the engine does after a fit on a Ray it started): Ray's log
+    monitor lists the log directory 50 times a second, so its CPU grew with every
+    worker the session ever started."""
+    if "ray" in sys.modules:
+        from engine._internal.ray_utils import sweep_worker_logs_if_due
 
-    ray = sys.modules.get("ray")
-    now = time.monotonic()
-    if ray is None or now - _last_log_sweep[0] < 60.0 or not ray.is_initialized():
-        return
-    _last_log_sweep[0] = now
-    from engine._internal.ray_utils import sweep_worker_logs
-
-    node = ray._private.worker._global_node
-    if node is not None:
-        sweep_worker_logs(node.get_logs_dir_path())
+        sweep_worker_logs_if_due(only_own=False)
 
 
 def pytest_terminal_summary(terminalreporter):

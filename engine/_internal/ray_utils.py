@@ -390,14 +390,15 @@ def sweep_worker_logs(logs_dir: str, older_than_s: float = WORKER_LOGS_SWEEP_AFT
     return moved
 
 
-def sweep_worker_logs_if_due() -> None:
+def sweep_worker_logs_if_due(only_own: bool = True) -> None:
     """After a worker group stopped, on a local instance this process started: at most
     once every ``WORKER_LOGS_SWEEP_AFTER_S``, :func:`sweep_worker_logs` on its session
     (a long-lived driver, a notebook or a served deployment, fits again and again).
-    Best effort: never fails the caller."""
+    ``only_own=False``: on whatever instance this process is connected to (the test
+    session's own Rays). Best effort: never fails the caller."""
     global _last_sweep
     now = time.monotonic()
-    if not _started_here or now - _last_sweep < WORKER_LOGS_SWEEP_AFTER_S:
+    if (only_own and not _started_here) or now - _last_sweep < WORKER_LOGS_SWEEP_AFTER_S:
         return
     _last_sweep = now
     try:
