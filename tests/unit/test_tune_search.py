@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 from types import SimpleNamespace
@@ -168,21 +169,33 @@ def test_pbt_copies_the_donors_latest_checkpoint_when_the_chosen_one_was_dropped
         tmp_path, caplog):
     """Between the decision and the receiver's next report the donor reports on, and
     its retention (num_to_keep) may delete the checkpoint chosen: the exploit takes the
-    donor's latest instead; with neither, the trial goes on unchanged (a warning)."""
+    donor's latest instead; with neither, the trial goes on unchanged (a warning).
+    A deletion under way (its commit marker gone first, some files still there) counts
+    as deleted: copying that half-deleted directory failed the trial at its restore."""
     import shutil
     from types import SimpleNamespace
 
-    from engine import Checkpoint
+    from engine import Checkpoint, constants
     from engine.tune._pbt import copy_donor_checkpoint
 
-    chosen = Checkpoint.from_dict({"step": 4})
-    latest = Checkpoint.from_dict({"step": 6})
+    def committed(data):  # as a trial's checkpoints are: with their commit marker
+        ckpt = Checkpoint.from_dict(data)
+        with open(os.path.join(ckpt.path, constants.COMMIT_MARKER), "w") as f:
+            f.write('{"index": 0}')
+        return ckpt
+
+    chosen = committed({"step": 4})
+    latest = committed({"step": 6})
     latest.metrics = {"training_iteration": 6}
     donor = SimpleNamespace(trial_name="donor_00000", checkpoint=latest)
     exploit = Exploit(donor=donor, config={"lr": 0.1}, checkpoint=chosen)
 
     copy, source = copy_donor_checkpoint(exploit, "me")  # the chosen one still exists
     assert source is chosen and copy.to_dict() == {"step": 4} and copy.path != chosen.path
+    assert not os.path.exists(os.path.join(copy.path, constants.COMMIT_MARKER))
+    os.remove(os.path.join(chosen.path, constants.COMMIT_MARKER))  # its deletion began
+    copy, source = copy_donor_checkpoint(exploit, "me")
+    assert source is latest and copy.to_dict() == {"step": 6}
     shutil.rmtree(chosen.path)
     copy, source = copy_donor_checkpoint(exploit, "me")
     assert source is latest and copy.to_dict() == {"step": 6}
