@@ -353,13 +353,19 @@ _last_sweep = 0.0
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` names a running process. A zombie (exited, its parent has not
+    reaped it yet: the raylet, slowly, on a loaded machine) has exited: not alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # someone else's process: alive
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[1][:1] != b"Z"
+    except (OSError, IndexError):  # no /proc (macOS), or gone meanwhile
+        return True
 
 
 def sweep_worker_logs(logs_dir: str, older_than_s: float = WORKER_LOGS_SWEEP_AFTER_S,

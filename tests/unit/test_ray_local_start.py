@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -325,6 +326,25 @@ def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
     assert ray_utils.sweep_worker_logs(str(logs), now=now, alive=lambda pid: False) == 2
     assert (logs / "worker-5b6053a03e83b1f3-01000000-102.out").exists()
     assert ray_utils.sweep_worker_logs(str(tmp_path / "nowhere")) == 0  # no error
+
+
+def test_a_worker_that_exited_but_is_not_reaped_yet_counts_as_gone():
+    """A worker that has exited stays a zombie until the raylet reaps it, which on a
+    loaded machine takes a while: its log files are final and are swept all the same
+    (a full run under load found such a worker's files left in place)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # exited, not reaped: we have not waited
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().rsplit(") ", 1)[1][0] == "Z":
+                    break
+            time.sleep(0.05)
+        assert not ray_utils._pid_alive(child.pid)
+        assert ray_utils._pid_alive(os.getpid())
+    finally:
+        child.wait()
+    assert not ray_utils._pid_alive(child.pid)  # reaped: gone
 
 
 def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(monkeypatch):
