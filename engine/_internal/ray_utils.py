@@ -355,16 +355,13 @@ _last_sweep = 0.0
 def _pid_alive(pid: int) -> bool:
     """Whether ``pid`` names a running process. A zombie (exited, its parent has not
     reaped it yet: the raylet, slowly, on a loaded machine) has exited: not alive."""
+    import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # ZombieProcess included
         return False
-    except OSError:  # someone else's process: alive
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):  # no /proc (macOS), or gone meanwhile
+    except psutil.Error:  # AccessDenied and the like: cannot tell, so alive
         return True
 
 

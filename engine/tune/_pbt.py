@@ -24,7 +24,8 @@ def copy_donor_checkpoint(exploit: Exploit, trial_name: str
     checkpoint chosen at the decision is copied, or when the donor's retention dropped
     it meanwhile (the donor reported on before the receiver's next report), the donor's
     latest one. Only a committed checkpoint is copied: one whose deletion began before
-    the copy listed its files has lost its commit marker, and is skipped. None when neither could be copied: the trial then goes on unchanged."""
+    the copy listed its files has lost its commit marker, and is skipped. None when
+    neither could be copied: the trial then goes on unchanged."""
     sources = [exploit.checkpoint]
     latest = getattr(exploit.donor, "checkpoint", None)
     if latest is not None and latest is not exploit.checkpoint:
