@@ -297,6 +297,10 @@ LOAD_FITS_ENV_VAR = _setting(
     "TRAINYARD_LOAD_FITS", 100,
     "fit() calls of tests/reliability/test_load.py (lower it for a quick local run).",
     scope="tests")
+TEST_TIMELINE_ENV_VAR = _setting(
+    "TRAINYARD_TEST_TIMELINE", None,
+    "A file the test suite appends each test's start and end to (with the pid running it); "
+    "scripts/cpu_by_process.py --by-test sets it to charge CPU to tests.", scope="tests")
 
 
 # --- the README table ----------------------------------------------------------------------

@@ -13,6 +13,12 @@ the rest by executable. Every process on the machine counts, not only the comman
 Ray reaps its workers without accounting for them, so a dead worker's CPU would
 otherwise be lost. A process that lives less than a second is counted from its last
 read: the report says how much of the machine's CPU (``/proc/stat``) was attributed.
+
+``--by-test FILE`` (for a pytest command) also charges the CPU to tests: the suite's
+conftest writes each test's start and end to FILE with the pid of the pytest process
+(an xdist worker) running it, and every process under that pid (its Ray's workers and
+daemons, the scripts and servers a test starts) counts for the test that pid runs at
+the time. The report then lists the modules and tests that used the most CPU.
 """
 
 from __future__ import annotations
@@ -52,8 +58,8 @@ def kind(cmdline: str, comm: str) -> str:
     return "python " + script[:70]
 
 
-def cpu_times() -> Dict[int, Tuple[float, str, str]]:
-    """pid -> (CPU seconds, start time, kind) of every process now."""
+def cpu_times() -> Dict[int, Tuple[float, str, str, int]]:
+    """pid -> (CPU seconds, start time, kind, parent pid) of every process now."""
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -68,8 +74,49 @@ def cpu_times() -> Dict[int, Tuple[float, str, str]]:
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
         out[int(name)] = ((int(fields[11]) + int(fields[12])) / HZ, fields[19],
-                          kind(cmdline, comm))
+                          kind(cmdline, comm), int(fields[1]))
     return out
+
+
+class TestClock:
+    """Which test each pytest process runs now (from the conftest's timeline file), and
+    which pytest process each process descends from."""
+
+    def __init__(self, path: str):
+        self.path, self.offset = path, 0
+        self.running: Dict[int, str] = {}  # pytest pid -> node id of the running test
+        self.known: set = set()            # every pytest pid seen in the file
+        self.roots: Dict[Tuple[int, str], int] = {}  # (pid, start) -> pytest pid
+
+    def read(self) -> None:
+        try:
+            with open(self.path) as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return
+        complete = chunk[:chunk.rfind("\n") + 1]  # a line being written waits
+        self.offset += len(complete.encode())
+        for line in complete.splitlines():
+            _, pid, what, nodeid = line.split(" ", 3)
+            self.known.add(int(pid))
+            if what == "start":
+                self.running[int(pid)] = nodeid
+            else:
+                self.running.pop(int(pid), None)
+
+    def test_of(self, pid: int, now: Dict[int, Tuple[float, str, str, int]]) -> str:
+        key = (pid, now[pid][1])
+        root = self.roots.get(key)
+        if root is None:
+            p, seen = pid, 0
+            while p in now and p not in self.known and seen < 64:
+                p, seen = now[p][3], seen + 1
+            if p in self.known:
+                root = self.roots[key] = p
+            else:  # not (or no longer visibly) under a pytest process
+                return "(outside the tests)"
+        return self.running.get(root, "(between tests)")
 
 
 def machine_cpu_s() -> float:
@@ -82,21 +129,38 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the report to this file")
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--by-test", metavar="FILE",
+                    help="charge the CPU to pytest tests too (FILE: their timeline)")
+    ap.add_argument("--top", type=int, default=40, help="tests listed with --by-test")
     ap.add_argument("command", nargs=argparse.REMAINDER)
     ns = ap.parse_args()
     cmd = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not cmd:
         ap.error("give the command to run after --")
     by_kind: Dict[str, float] = collections.defaultdict(float)
+    by_test: Dict[str, float] = collections.defaultdict(float)
+    by_module_kind: Dict[Tuple[str, str], float] = collections.defaultdict(float)
+    clock, env = None, None
+    if ns.by_test:
+        open(ns.by_test, "w").close()
+        clock = TestClock(ns.by_test)
+        env = {**os.environ, "TRAINYARD_TEST_TIMELINE": os.path.abspath(ns.by_test)}
     last = cpu_times()  # what ran before the command is not counted
     machine0, t0 = machine_cpu_s(), time.monotonic()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     while True:
         done = proc.poll() is not None
+        if clock:
+            clock.read()
         now = cpu_times()
-        for pid, (cpu, started, k) in now.items():
+        for pid, (cpu, started, k, _) in now.items():
             prev = last.get(pid)
-            by_kind[k] += cpu - (prev[0] if prev and prev[1] == started else 0.0)
+            used = cpu - (prev[0] if prev and prev[1] == started else 0.0)
+            by_kind[k] += used
+            if clock and used > 0:
+                test = clock.test_of(pid, now)
+                by_test[test] += used
+                by_module_kind[(test.split("::", 1)[0], k)] += used
         last = now
         if done:
             break
@@ -109,6 +173,19 @@ def main() -> int:
              *(f"{v:9.1f}  {k}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])
                if v >= 0.5)]
     lines[0] = lines[0].replace("\n", "\\n")  # one line, whatever the command holds
+    if clock:
+        by_module: Dict[str, float] = collections.defaultdict(float)
+        for test, v in by_test.items():
+            by_module[test.split("::", 1)[0]] += v
+        lines.append("\nby module (the kinds that used the most under it):")
+        for module, v in sorted(by_module.items(), key=lambda kv: -kv[1]):
+            kinds = sorted(((k, c) for (m, k), c in by_module_kind.items() if m == module),
+                           key=lambda kc: -kc[1])[:4]
+            lines.append(f"{v:9.1f}  {module}  ("
+                         + ", ".join(f"{k} {c:.0f}" for k, c in kinds) + ")")
+        lines.append(f"\nthe {ns.top} tests that used the most:")
+        lines += [f"{v:9.1f}  {t}" for t, v in
+                  sorted(by_test.items(), key=lambda kv: -kv[1])[:ns.top]]
     report = "\n".join(lines) + "\n"
     sys.stdout.write("\n" + report)
     if ns.out:

@@ -88,6 +88,28 @@ def pytest_runtest_teardown(item, nextitem):
         sweep_worker_logs_if_due(only_own=False)
 
 
+# scripts/cpu_by_process.py --by-test sets this: each test's start and end, with the
+# pid of the pytest process running it, so that the CPU of every process under that
+# pid (Ray's workers and daemons, subprocesses) is charged to the test it ran for.
+_TIMELINE = os.environ.get("TRAINYARD_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _TIMELINE:
+        yield
+        return
+    import time
+
+    def mark(what: str) -> None:
+        with open(_TIMELINE, "a") as f:  # one short line per write: appends interleave whole
+            f.write(f"{time.time():.3f} {os.getpid()} {what} {item.nodeid}\n")
+
+    mark("start")
+    yield
+    mark("end")
+
+
 def pytest_terminal_summary(terminalreporter):
     slowest = sorted(_module_seconds.items(), key=lambda kv: -kv[1])[:20]
     if slowest:
