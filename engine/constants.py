@@ -87,11 +87,6 @@ RAY_EXIT_LOG_WAIT_ENV_VAR = _setting(
 # The local instance without a dashboard still starts Ray's API server process (only its
 # usage-stats module) and ray.init() waits for it to publish its address: about a second
 # of every local start. The engine skips it; 1 starts it as Ray does.
-RAY_FAST_WORKER_START_ENV_VAR = _setting(
-    "TRAINYARD_RAY_FAST_WORKER_START", 1,
-    "0 starts the local Ray's worker processes through Ray's own entry point; by default "
-    "they import Ray with the garbage collector off (about a fifth less CPU per worker start).")
-
 RAY_API_SERVER_ENV_VAR = _setting(
     "TRAINYARD_RAY_API_SERVER", 0,
     "1 starts the local Ray's API server process as Ray does (without the dashboard it "

@@ -161,13 +161,9 @@ def ray_session(aws_test_credentials):
         # runtime_env={"env_vars": ...} would start every worker process through Ray's
         # setup_worker.py, which imports Ray once more before it execs the worker
         # (about 0.5 CPU-s more per worker process, thousands of them in a test run).
-        # Its workers start as the engine's local Ray's do (Ray imported with the garbage
-        # collector off: engine/_internal/ray_default_worker.py).
-        from engine._internal.ray_utils import fast_worker_start
-
         with _env_while_ray_starts(
                 PYTHONPATH=os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")]
-                                           if p)), fast_worker_start():
+                                           if p)):
             ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False,
                      configure_logging=False, log_to_driver=True)
     yield ray

@@ -145,8 +145,7 @@ def _init_ray() -> None:
     before = _child_pids()  # what a failed start must not touch
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait(), \
-                    fast_worker_start():
+            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait():
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
                 # ray.init() would otherwise join — or fail on, when that cluster is gone.
@@ -495,38 +494,6 @@ def _stop_autoscaler_monitor() -> None:
                 proc.wait(timeout=2)
     except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
         pass
-
-
-@contextlib.contextmanager
-def fast_worker_start():
-    """While a local Ray starts in this block, its worker processes get the engine's entry
-    point (``engine/_internal/ray_default_worker.py``: Ray's default worker, importing
-    Ray with the garbage collector off). ``TRAINYARD_RAY_FAST_WORKER_START=0``, a Ray
-    whose ``Node`` takes no ``worker_path``, or a start that names its own worker path
-    leave Ray's entry point."""
-    if os.environ.get(constants.RAY_FAST_WORKER_START_ENV_VAR, "1") == "0":
-        yield
-        return
-    try:
-        from ray._private.node import Node
-
-        original = Node.__init__
-    except (ImportError, AttributeError):
-        yield
-        return
-    entry = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                         "ray_default_worker.py")
-
-    def __init__(self, ray_params, *args, **kwargs):
-        if getattr(ray_params, "worker_path", "") is None:
-            ray_params.worker_path = entry
-        original(self, ray_params, *args, **kwargs)
-
-    Node.__init__ = __init__
-    try:
-        yield
-    finally:
-        Node.__init__ = original
 
 
 @contextlib.contextmanager
