@@ -174,15 +174,14 @@ def main() -> int:
                if v >= 0.5)]
     lines[0] = lines[0].replace("\n", "\\n")  # one line, whatever the command holds
     if clock:
-        by_module: Dict[str, float] = collections.defaultdict(float)
-        for test, v in by_test.items():
-            by_module[test.split("::", 1)[0]] += v
+        kinds_of: Dict[str, Dict[str, float]] = collections.defaultdict(dict)
+        for (module, k), c in by_module_kind.items():
+            kinds_of[module][k] = c
         lines.append("\nby module (the kinds that used the most under it):")
-        for module, v in sorted(by_module.items(), key=lambda kv: -kv[1]):
-            kinds = sorted(((k, c) for (m, k), c in by_module_kind.items() if m == module),
-                           key=lambda kc: -kc[1])[:4]
-            lines.append(f"{v:9.1f}  {module}  ("
-                         + ", ".join(f"{k} {c:.0f}" for k, c in kinds) + ")")
+        for module, kinds in sorted(kinds_of.items(), key=lambda mk: -sum(mk[1].values())):
+            top = sorted(kinds.items(), key=lambda kc: -kc[1])[:4]
+            lines.append(f"{sum(kinds.values()):9.1f}  {module}  ("
+                         + ", ".join(f"{k} {c:.0f}" for k, c in top) + ")")
         lines.append(f"\nthe {ns.top} tests that used the most:")
         lines += [f"{v:9.1f}  {t}" for t, v in
                   sorted(by_test.items(), key=lambda kv: -kv[1])[:ns.top]]
