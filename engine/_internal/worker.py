@@ -82,16 +82,28 @@ def _freeze_startup_objects() -> None:
     model's steps) that made the same loop about 10 % slower than under torchrun
     (measured in a plain Ray actor as in ours). Frozen objects are still freed when
     their reference count drops; only cycles among them wait for ``gc.unfreeze()``, so
-    garbage is collected first. ``TRAINYARD_GC_FREEZE=0`` turns this off."""
+    garbage is collected first. ``TRAINYARD_GC_FREEZE=0`` turns this off.
+
+    In a fresh worker that garbage is what the last moments left, in the young
+    generations: a full pass there found none (0 objects, in plain and torch workers)
+    and took 0.04 CPU-s of a plain worker, 0.19 s of a torch one (370,000 objects),
+    on every worker of every fit. A reused worker (the Tuner's) holds the last trial's
+    cycles in the oldest generation after ``_unfreeze``: it gets the full pass."""
     if os.environ.get(constants.GC_FREEZE_ENV_VAR, "1") == "0":
         return
-    gc.collect()
+    gc.collect(2 if _ran_train_func else 1)
     gc.freeze()
+
+
+# Whether this process has run a train_func before (then it is a reused worker).
+_ran_train_func = False
 
 
 def _unfreeze() -> None:
     """After ``train_func``: a reused worker (the Tuner's) collects the last trial's
     cycles before it freezes again."""
+    global _ran_train_func
+    _ran_train_func = True
     if gc.get_freeze_count():
         gc.unfreeze()
 

@@ -94,3 +94,42 @@ def test_gc_freeze_can_be_turned_off(monkeypatch):
     finally:
         worker._unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_a_reused_worker_collects_the_last_trials_cycles_before_it_freezes(monkeypatch):
+    """A fresh worker collects only the young generations before freezing (its heap is
+    imports); a worker that ran a train_func before also collects the oldest one, where
+    the last trial's cycles are after ``_unfreeze``: frozen, they would never be freed."""
+    import gc
+    import weakref
+
+    from engine._internal import worker
+
+    monkeypatch.setattr(worker, "_ran_train_func", False)
+    monkeypatch.delenv("TRAINYARD_GC_FREEZE", raising=False)
+    assert gc.get_freeze_count() == 0
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the worker's own passes collect here
+    try:
+        young = weakref.ref(_Cycle())
+        worker._freeze_startup_objects()  # a fresh worker, before its first train_func
+        assert young() is None
+        assert gc.get_freeze_count() > 0
+        last_trial = _Cycle()
+        worker._unfreeze()  # train_func returned
+        gc.freeze()
+        gc.unfreeze()  # everything now in the oldest generation, as after a long trial
+        left = weakref.ref(last_trial)
+        del last_trial
+        worker._freeze_startup_objects()  # the next trial on the same worker
+        assert left() is None
+    finally:
+        worker._unfreeze()
+        if was_enabled:
+            gc.enable()
+    assert gc.get_freeze_count() == 0
