@@ -92,6 +92,15 @@ RAY_API_SERVER_ENV_VAR = _setting(
     "1 starts the local Ray's API server process as Ray does (without the dashboard it "
     "runs only Ray's usage-stats module); skipped by default, about a second per start.")
 
+# Ray's autoscaler monitor (the process that reports tasks and actors that cannot be
+# scheduled) costs about 0.7 CPU-s to start, as much as a worker; the local instance
+# starts it this long after itself, so that a short step never pays for it.
+DEFAULT_RAY_MONITOR_DELAY_S = 10.0
+RAY_MONITOR_DELAY_ENV_VAR = _setting(
+    "TRAINYARD_RAY_MONITOR_DELAY_S", DEFAULT_RAY_MONITOR_DELAY_S,
+    "Seconds after the local Ray's start that its autoscaler monitor starts (it reports "
+    "tasks that cannot be scheduled); 0 starts it with Ray, as Ray does.")
+
 # Seconds to wait for the worker group's placement group before failing with advice.
 DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
 PLACEMENT_GROUP_TIMEOUT_ENV_VAR = _setting(

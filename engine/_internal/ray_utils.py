@@ -143,9 +143,12 @@ def _init_ray() -> None:
     niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
                                   constants.DEFAULT_RAY_WORKER_NICENESS))
     before = _child_pids()  # what a failed start must not touch
+    monitor_delay_s = _monitor_delay_s()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        deferred: list = []
         try:
-            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait():
+            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait(), \
+                    _monitor_later(deferred, monitor_delay_s):
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
                 # ray.init() would otherwise join — or fail on, when that cluster is gone.
@@ -164,8 +167,11 @@ def _init_ray() -> None:
             logger.warning("Ray's local start timed out (%s); stopped the %d processes it "
                            "had started and starting it again (attempt %d of %d).",
                            _START_TIMEOUT, stopped, attempt + 1, LOCAL_START_ATTEMPTS)
-    global _started_here
+    global _started_here, _deferred_monitor
     _started_here = True
+    if deferred:
+        node, start = deferred[-1]
+        _deferred_monitor = _DeferredMonitor(node, start, monitor_delay_s)
     # Run before Ray's own exit handler (atexit runs the latest registered first): stop
     # the monitor, freeze the heap, then shut Ray down once its logs are quiet.
     _LOG_CLOCK.listen()
@@ -423,23 +429,28 @@ def sweep_worker_logs_if_due(only_own: bool = True) -> None:
         logger.debug("Sweeping dead workers' log files failed: %s", exc)
 
 
-def _exit_log_wait_s() -> float:
-    """``TRAINYARD_RAY_EXIT_LOG_WAIT_S``; its default, with a warning, when it is not a
-    number of seconds (an exit is no place to raise)."""
-    raw = os.environ.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR)
+def _seconds_setting(name: str, default: float, meaning: str, example: str) -> float:
+    """A setting of seconds >= 0; its default, with a warning, when it is not one (a
+    start or an exit is no place to raise)."""
+    raw = os.environ.get(name)
     if raw is None:
-        return constants.DEFAULT_RAY_EXIT_LOG_WAIT_S
+        return default
     try:
         value = float(raw)
         if value >= 0:
             return value
     except ValueError:
         pass
-    logger.warning("%s=%r is not a number of seconds >= 0; waiting at most %s s for the "
-                   "workers' output at exit. Set it to e.g. 0.5.",
-                   constants.RAY_EXIT_LOG_WAIT_ENV_VAR, raw,
-                   constants.DEFAULT_RAY_EXIT_LOG_WAIT_S)
-    return constants.DEFAULT_RAY_EXIT_LOG_WAIT_S
+    logger.warning("%s=%r is not a number of seconds >= 0; %s %s s. Set it to e.g. %s.",
+                   name, raw, meaning, default, example)
+    return default
+
+
+def _exit_log_wait_s() -> float:
+    """``TRAINYARD_RAY_EXIT_LOG_WAIT_S``."""
+    return _seconds_setting(constants.RAY_EXIT_LOG_WAIT_ENV_VAR,
+                            constants.DEFAULT_RAY_EXIT_LOG_WAIT_S,
+                            "waiting for the workers' output at exit at most", "0.5")
 
 
 def _shutdown_when_logs_are_quiet() -> None:
@@ -482,6 +493,8 @@ def _stop_autoscaler_monitor() -> None:
     version's internals) leaves the shutdown to Ray."""
     import ray
 
+    if _deferred_monitor is not None:
+        _deferred_monitor.cancel()  # not started yet: it never will be
     try:
         if not ray.is_initialized():
             return
@@ -494,6 +507,97 @@ def _stop_autoscaler_monitor() -> None:
                 proc.wait(timeout=2)
     except Exception:  # noqa: BLE001 - never fail an exit over a speed-up
         pass
+
+
+def _monitor_delay_s() -> float:
+    """``TRAINYARD_RAY_MONITOR_DELAY_S``."""
+    return _seconds_setting(constants.RAY_MONITOR_DELAY_ENV_VAR,
+                            constants.DEFAULT_RAY_MONITOR_DELAY_S,
+                            "starting Ray's autoscaler monitor after Ray by",
+                            "10, or 0 to start it with Ray")
+
+
+@contextlib.contextmanager
+def _monitor_later(deferred: list, delay_s: float):
+    """Start the local instance without Ray's autoscaler monitor, recording in
+    ``deferred`` the node and Ray's own start of it for :class:`_DeferredMonitor`.
+
+    On a single node the monitor autoscales nothing; what it does is report resource
+    requests that cannot be scheduled ("No available node types can fulfill resource
+    request ..."), about 4 s after they are made. Its start costs about 0.7 CPU-s (a
+    Python process importing Ray and its autoscaler), as much as a worker, and on a
+    2-core machine it competes with the script's imports and the workers' start (the
+    XGBoost benchmark's whole process: 1.95–1.97× its anchor with the monitor, 1.83–1.84×
+    with it deferred). With the monitor ``TRAINYARD_RAY_MONITOR_DELAY_S`` (10 s) after
+    Ray, a step that ends sooner never pays for it, and a task that cannot be scheduled
+    is reported that much later. 0, or anything unexpected (another Ray's internals),
+    leaves the start to Ray."""
+    if delay_s == 0:
+        yield
+        return
+    try:
+        from ray._private.node import Node
+
+        original = Node.start_monitor
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def start_monitor(self):
+        deferred.append((self, original))
+
+    Node.start_monitor = start_monitor
+    try:
+        yield
+    finally:
+        Node.start_monitor = original
+
+
+class _DeferredMonitor:
+    """Starts Ray's autoscaler monitor for ``node`` after ``delay_s``, unless the process
+    is exiting (:meth:`cancel`) or Ray was shut down (and maybe started again) first."""
+
+    def __init__(self, node, start, delay_s: float) -> None:
+        self._node, self._start, self._delay_s = node, start, delay_s
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._wake = threading.Event()
+        self.started = False
+        self._thread = threading.Thread(target=self._run, name="trainyard-ray-monitor",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._wake.wait(self._delay_s)
+        with self._lock:
+            if self._cancelled or _current_node() is not self._node:
+                return
+            try:
+                self._start(self._node)
+            except Exception as exc:  # noqa: BLE001 - Ray runs on without its monitor
+                logger.warning("Could not start Ray's autoscaler monitor (%s): tasks that "
+                               "cannot be scheduled will not be reported.", exc)
+                return
+            self.started = True
+        # Ray starts the monitor with PR_SET_PDEATHSIG, which Linux fires when the
+        # *thread* that started it ends: this thread waits here until the process exits.
+        threading.Event().wait()
+
+    def cancel(self) -> None:
+        with self._lock:  # a start under way finishes first (and is then stopped)
+            self._cancelled = True
+        self._wake.set()
+
+
+def _current_node():
+    """Ray's node of this process (None after ``ray.shutdown()``)."""
+    import ray
+
+    return ray._private.worker._global_node
+
+
+# The local instance's autoscaler monitor, until it has started (one per process).
+_deferred_monitor: Optional[_DeferredMonitor] = None
 
 
 @contextlib.contextmanager

@@ -318,7 +318,7 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     assert lines[-2] == "0"  # no wait at exit for task events a dying GCS would get
     assert json.loads(lines[-3]) == [20, 500]  # as a worker of the instance sees it
     pids = json.loads(lines[-4])
-    assert len(pids) >= 4  # GCS, raylet, monitor, log monitor, ...
+    assert len(pids) >= 3  # GCS, raylet, log monitor (Ray's monitor starts later)
     alive = [pid for pid in pids if _alive(pid)]
     assert not alive, f"Ray processes outlived the script: {alive}"
 
@@ -349,6 +349,52 @@ def test_local_ray_starts_without_the_api_server_unless_asked():
         assert out.returncode == 0, out.stderr[-2000:]
         seen[value] = out.stdout.strip().splitlines()[-3:]
     assert seen == {"0": ["42", "False", "False"], "1": ["42", "True", "True"]}
+
+
+_MONITOR_SCRIPT = """
+import json, sys, time
+import psutil, ray
+from engine._internal.ray_utils import ensure_ray
+
+def monitors():
+    return [p.pid for p in psutil.Process().children(recursive=True)
+            if "autoscaler/_private/monitor.py" in " ".join(p.cmdline())]
+
+ensure_ray()
+print(json.dumps(monitors()), flush=True)
+ref = ray.remote(num_gpus=1)(lambda: 1).remote()  # no GPU here: it cannot be scheduled
+deadline = time.monotonic() + 120
+while not monitors() and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps(monitors()), flush=True)
+ray.wait([ref], timeout=float(sys.argv[1]))  # Ray's monitor reports it meanwhile
+"""
+
+
+def test_rays_monitor_starts_after_the_local_instance_and_reports_what_cannot_run():
+    """The local Ray starts Ray's autoscaler monitor TRAINYARD_RAY_MONITOR_DELAY_S after
+    itself (a step that ends sooner never pays for its start): then, as with Ray's own
+    start, a task that cannot be scheduled is reported on the script's console, and the
+    monitor ends with the script. 0 starts it with Ray."""
+    import subprocess
+    import sys
+
+    from tests.subprocess_env import driver_env
+
+    seen = {}
+    for delay, wait_s in (("2", "30"), ("0", "0")):
+        env = driver_env()
+        env["TRAINYARD_RAY_MONITOR_DELAY_S"] = delay
+        out = subprocess.run([sys.executable, "-c", _MONITOR_SCRIPT, wait_s], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        at_start, later = (json.loads(line) for line in out.stdout.splitlines()[:2])
+        assert later, f"no monitor within 120 s (delay {delay})"
+        assert not [pid for pid in later if _alive(pid)], "the monitor outlived the script"
+        seen[delay] = bool(at_start)
+        if delay == "2":
+            assert "fulfill resource request" in out.stdout + out.stderr, out.stderr[-2000:]
+    assert seen == {"2": False, "0": True}
 
 
 _BACKGROUND_SCRIPT = """

@@ -370,3 +370,53 @@ def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(m
                         lambda: 1000.0 + ray_utils.WORKER_LOGS_SWEEP_AFTER_S)
     ray_utils.sweep_worker_logs_if_due()
     assert calls == ["/session/logs"] * 2
+
+
+@pytest.mark.parametrize("value,expected,warned", [
+    (None, 10.0, False), ("2.5", 2.5, False), ("0", 0.0, False), ("soon", 10.0, True),
+    ("-1", 10.0, True)])
+def test_the_monitor_delay_setting_falls_back_to_its_default_with_a_warning(
+        monkeypatch, caplog, value, expected, warned):
+    if value is None:
+        monkeypatch.delenv("TRAINYARD_RAY_MONITOR_DELAY_S", raising=False)
+    else:
+        monkeypatch.setenv("TRAINYARD_RAY_MONITOR_DELAY_S", value)
+    with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
+        assert ray_utils._monitor_delay_s() == expected
+    assert ("TRAINYARD_RAY_MONITOR_DELAY_S" in caplog.text) == warned
+
+
+def _deferred(monkeypatch, delay_s):
+    """A _DeferredMonitor for a stand-in node that is Ray's current one; returns it, the
+    node and the list of nodes it started a monitor for."""
+    node = object()
+    monkeypatch.setattr(ray_utils, "_current_node", lambda: node)
+    started = []
+    return ray_utils._DeferredMonitor(node, started.append, delay_s), node, started
+
+
+def test_the_deferred_monitor_starts_after_its_delay_for_the_running_instance(
+        monkeypatch):
+    deferred, node, started = _deferred(monkeypatch, 0.3)
+    assert started == []  # not at once
+    deadline = time.monotonic() + 60
+    while not deferred.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == [node] and deferred.started
+    assert deferred._thread.is_alive()  # the monitor shares this thread's fate
+
+
+def test_the_deferred_monitor_never_starts_once_the_process_exits(monkeypatch):
+    deferred, _, started = _deferred(monkeypatch, 0.3)
+    deferred.cancel()  # the exit handler, before the delay is up
+    deferred._thread.join(timeout=60)
+    assert not deferred._thread.is_alive()
+    assert started == [] and not deferred.started
+
+
+def test_the_deferred_monitor_never_starts_for_an_instance_shut_down_before(monkeypatch):
+    deferred, _, started = _deferred(monkeypatch, 0.3)
+    monkeypatch.setattr(ray_utils, "_current_node", lambda: None)  # ray.shutdown()
+    deferred._thread.join(timeout=60)
+    assert not deferred._thread.is_alive()
+    assert started == [] and not deferred.started
