@@ -277,20 +277,27 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
         assert not quiet(os.getpid()), "a batch just arrived: more may be in flight"
 
 
-@pytest.mark.parametrize("value, expected, warned", [
-    (None, 0.5, False), ("2", 2.0, False), ("0", 0.0, False),
-    ("half a second", 0.5, True), ("-1", 0.5, True)])
-def test_the_exit_wait_setting_falls_back_to_its_default_with_a_warning(
-        monkeypatch, caplog, value, expected, warned):
-    import logging
+_EXIT_WAIT = ("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "_exit_log_wait_s")
+_MONITOR_DELAY = ("TRAINYARD_RAY_MONITOR_DELAY_S", "_monitor_delay_s")
 
+
+@pytest.mark.parametrize("setting, value, expected, warned", [
+    (_EXIT_WAIT, None, 0.5, False), (_EXIT_WAIT, "2", 2.0, False),
+    (_EXIT_WAIT, "0", 0.0, False), (_EXIT_WAIT, "half a second", 0.5, True),
+    (_EXIT_WAIT, "-1", 0.5, True),
+    (_MONITOR_DELAY, None, 10.0, False), (_MONITOR_DELAY, "2.5", 2.5, False),
+    (_MONITOR_DELAY, "0", 0.0, False), (_MONITOR_DELAY, "soon", 10.0, True),
+    (_MONITOR_DELAY, "-1", 10.0, True)])
+def test_the_seconds_settings_fall_back_to_their_default_with_a_warning(
+        monkeypatch, caplog, setting, value, expected, warned):
+    name, reader = setting
     if value is None:
-        monkeypatch.delenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", raising=False)
+        monkeypatch.delenv(name, raising=False)
     else:
-        monkeypatch.setenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", value)
+        monkeypatch.setenv(name, value)
     with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
-        assert ray_utils._exit_log_wait_s() == expected
-    assert ("TRAINYARD_RAY_EXIT_LOG_WAIT_S" in caplog.text) == warned
+        assert getattr(ray_utils, reader)() == expected
+    assert (name in caplog.text) == warned
 
 
 def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
@@ -370,20 +377,6 @@ def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(m
                         lambda: 1000.0 + ray_utils.WORKER_LOGS_SWEEP_AFTER_S)
     ray_utils.sweep_worker_logs_if_due()
     assert calls == ["/session/logs"] * 2
-
-
-@pytest.mark.parametrize("value,expected,warned", [
-    (None, 10.0, False), ("2.5", 2.5, False), ("0", 0.0, False), ("soon", 10.0, True),
-    ("-1", 10.0, True)])
-def test_the_monitor_delay_setting_falls_back_to_its_default_with_a_warning(
-        monkeypatch, caplog, value, expected, warned):
-    if value is None:
-        monkeypatch.delenv("TRAINYARD_RAY_MONITOR_DELAY_S", raising=False)
-    else:
-        monkeypatch.setenv("TRAINYARD_RAY_MONITOR_DELAY_S", value)
-    with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
-        assert ray_utils._monitor_delay_s() == expected
-    assert ("TRAINYARD_RAY_MONITOR_DELAY_S" in caplog.text) == warned
 
 
 def _deferred(monkeypatch, delay_s):
