@@ -535,22 +535,14 @@ def _monitor_later(deferred: list, delay_s: float):
     if delay_s == 0:
         yield
         return
-    try:
-        from ray._private.node import Node
 
-        original = Node.start_monitor
-    except (ImportError, AttributeError):
+    def replace(original):
+        def start_monitor(self):
+            deferred.append((self, original))
+        return start_monitor
+
+    with _node_method_replaced("start_monitor", replace):
         yield
-        return
-
-    def start_monitor(self):
-        deferred.append((self, original))
-
-    Node.start_monitor = start_monitor
-    try:
-        yield
-    finally:
-        Node.start_monitor = original
 
 
 class _DeferredMonitor:
@@ -613,26 +605,36 @@ def _without_api_server():
     if os.environ.get(constants.RAY_API_SERVER_ENV_VAR, "0") == "1":
         yield
         return
+
+    def replace(original):
+        def start_api_server(self, *, include_dashboard, raise_on_failure):
+            if include_dashboard:  # asked for: Ray's own start
+                return original(self, include_dashboard=include_dashboard,
+                                raise_on_failure=raise_on_failure)
+            logger.debug("Not starting Ray's API server (%s=1 starts it).",
+                         constants.RAY_API_SERVER_ENV_VAR)
+        return start_api_server
+
+    with _node_method_replaced("start_api_server", replace):
+        yield
+
+
+@contextlib.contextmanager
+def _node_method_replaced(name: str, replace):
+    """In this block Ray's ``Node.<name>`` is ``replace(original)``; a Ray without that
+    method (other internals) is left as it is."""
     try:
         from ray._private.node import Node
 
-        original = Node.start_api_server
+        original = getattr(Node, name)
     except (ImportError, AttributeError):
         yield
         return
-
-    def start_api_server(self, *, include_dashboard, raise_on_failure):
-        if include_dashboard:  # asked for: Ray's own start
-            return original(self, include_dashboard=include_dashboard,
-                            raise_on_failure=raise_on_failure)
-        logger.debug("Not starting Ray's API server (%s=1 starts it).",
-                     constants.RAY_API_SERVER_ENV_VAR)
-
-    Node.start_api_server = start_api_server
+    setattr(Node, name, replace(original))
     try:
         yield
     finally:
-        Node.start_api_server = original
+        setattr(Node, name, original)
 
 
 @contextlib.contextmanager
