@@ -268,6 +268,12 @@ RAY_JOB_PYTHON_ENV_VAR = _setting(
 RAY_JOB_POLL_S_ENV_VAR = _setting(
     "TRAINYARD_RAY_JOB_POLL_S", 1.0,
     "Seconds between polls of a Ray job's status and logs.", scope="pipelines")
+DEFAULT_DATA_CACHE = os.path.join("~", ".cache", "trainyard", "data")
+DATA_CACHE_ENV_VAR = _setting(
+    "TRAINYARD_DATA_CACHE", DEFAULT_DATA_CACHE,
+    "Where the bundled pipelines keep data they derive (digits' train/validation split), "
+    "so that a training worker reads it with numpy instead of importing scikit-learn; "
+    "empty: no cache.", scope="pipelines")
 JOB_NAME_ENV_VAR = _setting(
     "TRAINYARD_JOB_NAME", None,
     "Set by the ray_job mode in the job's environment: the step's job directory name.",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 from typing import Dict
 
 import pytest
@@ -15,6 +18,13 @@ if REPO not in sys.path:
 
 # Ray's logical CPUs are not cores: give Ray Data room beside 2 training workers.
 RAY_TEST_CPUS = 6
+
+# What the pipelines cache on the machine (the digits split, TRAINYARD_DATA_CACHE) goes
+# to a directory of this test process, not ~/.cache. Set before any Ray starts, so that
+# its workers, and the scripts and services the tests start, inherit it.
+_DATA_CACHE = tempfile.mkdtemp(prefix="trainyard-data-cache-")
+atexit.register(shutil.rmtree, _DATA_CACHE, ignore_errors=True)
+os.environ.setdefault("TRAINYARD_DATA_CACHE", _DATA_CACHE)
 
 
 def _cuda_available() -> bool:
