@@ -141,22 +141,26 @@ class SlowRounds(xgboost.callback.TrainingCallback):
         return False
 
 
-class KillRankOneAfter(Callback):
-    """SIGKILLs rank 1's process once the checkpoint of round ``after`` is committed."""
+class KillRankAfter(Callback):
+    """SIGKILLs ``rank``'s process once the checkpoint of round ``after`` is committed."""
 
-    def __init__(self, after: int) -> None:
+    def __init__(self, rank: int, after: int) -> None:
+        self.rank = rank
         self.after = after
         self.killed_pid = None
 
     def on_report(self, metrics, all_metrics):
         if self.killed_pid is None and metrics["training_iteration"] >= self.after:
-            self.killed_pid = all_metrics[1]["pid"]
+            self.killed_pid = all_metrics[self.rank]["pid"]
             os.kill(self.killed_pid, signal.SIGKILL)
 
 
-def test_sigkilled_worker_resumes_from_last_checkpoint(ray_start_4_cpus, tmp_path):
+# Rank 0 also runs the attempt's collective tracker: killing it takes the tracker down
+# with it, and the next attempt's rank 0 starts a new one.
+@pytest.mark.parametrize("rank", [1, 0], ids=["rank1", "rank0_with_the_tracker"])
+def test_sigkilled_worker_resumes_from_last_checkpoint(ray_start_4_cpus, tmp_path, rank):
     train, valid = synthetic(4_000, 1_000)
-    killer = KillRankOneAfter(after=10)
+    killer = KillRankAfter(rank, after=10)
     result = XGBoostTrainer(
         datasets={"train": train, "validation": valid}, label_column="label",
         params={"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 3},
@@ -171,9 +175,59 @@ def test_sigkilled_worker_resumes_from_last_checkpoint(ray_start_4_cpus, tmp_pat
     resumed_from = 20 - result.metrics["iterations_since_restore"]
     assert resumed_from in (10, 15)
     assert result.metrics["training_iteration"] == 20
-    assert result.metrics["pid"] != killer.killed_pid
+    assert killer.killed_pid not in {result.metrics["pid"]} | {
+        m["pid"] for m in result.worker_history[-1]}
     assert XGBoostTrainer.get_model(result.checkpoint).num_boosted_rounds() == 20
     assert list(result.metrics_dataframe["training_iteration"]) == list(range(1, 21))
+
+
+_DRIVER = """
+import json, sys
+from engine import RunConfig, ScalingConfig
+from engine.xgboost import XGBoostTrainer
+
+train, valid, storage = sys.argv[1:4]
+result = XGBoostTrainer(
+    datasets={"train": train, "validation": valid}, label_column="label",
+    params={"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 3},
+    num_boost_round=5, scaling_config=ScalingConfig(num_workers=2),
+    run_config=RunConfig(storage_path=storage, verbose=0)).fit()
+print(json.dumps({"driver_imported_xgboost": "xgboost" in sys.modules,
+                  "rounds": result.metrics["training_iteration"],
+                  "logloss": result.metrics["validation-logloss"],
+                  "checkpoint": result.checkpoint.path}))
+"""
+
+
+def test_a_fit_imports_no_xgboost_in_the_driver(ray_start_4_cpus, tmp_path):
+    """The workers import XGBoost and rank 0 runs the tracker: a script that only
+    trains never pays XGBoost's import (scikit-learn's with it) in its own process."""
+    import json
+    import subprocess
+    import sys
+
+    import ray
+
+    rows = pd.concat(synthetic(2_000, 500)).sample(frac=1.0, random_state=0)  # mixed classes
+    rows.iloc[:2_000].to_parquet(tmp_path / "train.parquet", index=False)
+    rows.iloc[2_000:].to_parquet(tmp_path / "valid.parquet", index=False)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, RAY_ADDRESS=ray.get_runtime_context().gcs_address,
+               PYTHONPATH=os.pathsep.join(p for p in [repo, os.environ.get("PYTHONPATH")]
+                                          if p))
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(tmp_path / "train.parquet"),
+         str(tmp_path / "valid.parquet"), str(tmp_path / "runs")],
+        env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["driver_imported_xgboost"] is False
+    assert out["rounds"] == 5
+    assert 0 < out["logloss"] < 0.69  # it learned: better than a coin's log loss
+    from engine import Checkpoint
+
+    model = XGBoostTrainer.get_model(Checkpoint.from_directory(out["checkpoint"]))
+    assert model.num_boosted_rounds() == 5
 
 
 def _function_style_loop(config):
