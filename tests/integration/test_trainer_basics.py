@@ -596,8 +596,11 @@ def _alive(pid: int) -> bool:
 
 
 def _hello_and_pid(config):
+    import ray
+
     print("worker says hello")
-    engine.report({"worker_pid": os.getpid()})
+    engine.report({"worker_pid": os.getpid(),
+                   "worker_id": ray.get_runtime_context().get_worker_id()})
 
 
 def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_path):
@@ -614,7 +617,8 @@ def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_pat
             _hello_and_pid, scaling_config=ScalingConfig(num_workers=1),
             run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
 
-    pid = fit().metrics["worker_pid"]
+    metrics = fit().metrics
+    pid, worker_id = metrics["worker_pid"], metrics["worker_id"]
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -622,8 +626,10 @@ def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_pat
     logs = ray._private.worker._global_node.get_logs_dir_path()
 
     def files_of(directory):
-        return sorted(n for n in os.listdir(directory)
-                      if n.endswith((f"-{pid}.out", f"-{pid}.err", f"_{pid}.log")))
+        # By worker id and pid: in a long session the kernel hands out pids again
+        # (pid_max is 32768 here), so an earlier worker's files can carry the same pid.
+        return sorted(n for n in os.listdir(directory) if worker_id in n
+                      and n.endswith((f"-{pid}.out", f"-{pid}.err", f"_{pid}.log")))
 
     assert len(files_of(logs)) == 3, os.listdir(logs)  # .out, .err, core worker log
     assert "worker says hello" in open(
