@@ -86,7 +86,9 @@ def _read_split(path: str) -> Optional[Tuple[np.ndarray, ...]]:
 
 def _write_split(path: str, split: Tuple[np.ndarray, ...]) -> None:
     """Write to a temporary name, then rename: a reader (another worker on this machine)
-    sees the whole file or none, and an interrupted write leaves no cache behind."""
+    sees the whole file or none, and an interrupted write leaves no cache behind.
+    (Not ``Storage.write_bytes_atomic``: a cache needs neither its retries with backoff,
+    which would hold a worker up on a read-only directory, nor its fsyncs.)"""
     tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
