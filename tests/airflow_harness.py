@@ -182,21 +182,43 @@ class AirflowCluster:
             self.start_component(name)
         self.wait_for(self._healthy, timeout, "every Airflow component healthy")
 
-    def _start_ray(self) -> None:
+    def _start_ray(self, timeout: float = 180, attempts: int = 3) -> None:
+        """``ray start --head --block`` in its own group, waited on until it prints "Ray
+        runtime started.". On a loaded machine the raylet may miss Ray's fixed 30 s to
+        register with the GCS ("The current node timed out during startup") and ``ray
+        start`` exits: stop what it left and start it again, as tests/ray_job_cluster.py
+        does, within the same ``timeout``."""
         port = self.ray_address.rsplit(":", 1)[1]
-        # No fixed port (the other xdist worker may run a cluster too) and its own temp
-        # dir (tests/README.md, "Writing tests that run under xdist").
-        cmd = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
-               f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=4",
-               "--include-dashboard=false", "--disable-usage-stats",
-               f"--ray-client-server-port={free_port()}",
-               f"--dashboard-agent-listen-port={free_port()}",
-               f"--metrics-export-port={free_port()}",
-               f"--temp-dir={self.ray_dir}", "--block"]
-        self._popen("ray", cmd, self.env())
-        self.wait_for(lambda: os.path.exists(os.path.join(self.ray_dir, "session_latest",
-                                                          "logs", "raylet.out")),
-                      180, "the Ray head")
+        log = os.path.join(self.logs, "ray.log")
+        deadline = time.monotonic() + timeout
+        for attempt in range(1, attempts + 1):
+            # No fixed port (the other xdist worker may run a cluster too) and its own
+            # temp dir (tests/README.md, "Writing tests that run under xdist").
+            cmd = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+                   f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=4",
+                   "--include-dashboard=false", "--disable-usage-stats",
+                   f"--ray-client-server-port={free_port()}",
+                   f"--dashboard-agent-listen-port={free_port()}",
+                   f"--metrics-export-port={free_port()}",
+                   f"--temp-dir={self.ray_dir}", "--block"]
+            start = os.path.getsize(log) if os.path.exists(log) else 0
+            # Unbuffered, so that "Ray runtime started." reaches the log as it is printed.
+            self._popen("ray", cmd, {**self.env(), "PYTHONUNBUFFERED": "1"})
+            proc = self.procs["ray"]
+            while time.monotonic() < deadline:
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    if b"Ray runtime started." in f.read():
+                        return
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.5)
+            else:
+                break  # out of time: fail below with the logs
+            self._stop_groups(["ray"], grace=5)
+        raise AssertionError(f"Waiting for the Ray head: {attempt} attempt(s) of `ray "
+                             f"start --head` within {timeout:.0f} s did not start it.\n"
+                             f"{self.log_tails()}")
 
     def start_component(self, name: str, **env: str) -> None:
         """Start ``airflow <name>`` (again) with ``env`` over the cluster's environment."""
