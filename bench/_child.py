@@ -203,3 +203,53 @@ def with_own_ray(num_cpus: int, side: Callable[[], Dict[str, Any]]) -> Dict[str,
         return out
     finally:
         ray.shutdown()
+
+
+class MachineCpu:
+    """The CPU every process on the machine used between :meth:`start` and :meth:`stop`,
+    by kind of process (``scripts/cpu_by_process.py``'s kinds: ``ray TrainWorker``,
+    ``python bench/ddp_loop.py``, ``raylet`` …), read from ``/proc`` (Linux only).
+
+    For a benchmark's timed stretch: who else used the machine while it ran. A process
+    started after :meth:`start` counts whole; one that exited before :meth:`stop` is
+    missed (its CPU shows in ``machine_cpu_s`` only). Each read takes some tens of
+    milliseconds of this process's CPU: call both outside the stretch that is timed."""
+
+    TOP = 5  # kinds listed in ``by_kind``
+
+    def __init__(self, read: Optional[Callable[[], Dict[int, Tuple[float, str, str, int]]]]
+                 = None, machine: Optional[Callable[[], float]] = None) -> None:
+        if read is None or machine is None:
+            from scripts.cpu_by_process import cpu_times, machine_cpu_s
+
+            read, machine = read or cpu_times, machine or machine_cpu_s
+        self._read, self._machine = read, machine
+        self._before: Dict[int, Tuple[float, str, str, int]] = {}
+        self._machine_before = 0.0
+
+    def start(self) -> None:
+        self._before = self._read()
+        self._machine_before = self._machine()
+
+    def stop(self, own_kind_of: Optional[int] = None) -> Dict[str, Any]:
+        """What was used since :meth:`start`: ``machine_cpu_s`` (the kernel's count, all
+        CPUs), ``by_kind`` (the :attr:`TOP` kinds that used the most, CPU-s), and with
+        ``own_kind_of`` (a pid, e.g. this process's) ``own_kind``, ``own_kind_cpu_s`` (every
+        process of that pid's kind: e.g. both ranks of a DDP job) and ``others_cpu_s``
+        (every other kind's)."""
+        after = self._read()
+        machine = self._machine() - self._machine_before
+        used: Dict[str, float] = {}
+        for pid, (cpu, started, kind, _) in after.items():
+            before = self._before.get(pid)
+            delta = cpu - before[0] if before is not None and before[1] == started else cpu
+            if delta > 0:  # a pid reused since start() is another process: counted whole
+                used[kind] = used.get(kind, 0.0) + delta
+        top = sorted(used.items(), key=lambda kv: -kv[1])[:self.TOP]
+        out: Dict[str, Any] = {"machine_cpu_s": round(machine, 3),
+                               "by_kind": {k: round(v, 3) for k, v in top}}
+        if own_kind_of is not None and own_kind_of in after:
+            own = after[own_kind_of][2]
+            out.update(own_kind=own, own_kind_cpu_s=round(used.get(own, 0.0), 3),
+                       others_cpu_s=round(sum(v for k, v in used.items() if k != own), 3))
+        return out

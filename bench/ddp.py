@@ -66,6 +66,7 @@ def _loop_extra(ctx: Context, loop: Dict[str, Any]) -> Dict[str, Any]:
     the loop, and last epoch → process exit."""
     return loop_summary(ctx, loop, (
         "final_loss", "first_epoch_s", "epoch_median_s", "epoch_max_s", "loop_cpu_s",
+        "loop_machine_cpu_s", "loop_ranks_cpu_s", "loop_others_cpu_s", "loop_cpu_by_kind",
         "torch_threads", "omp_num_threads", "steps_per_epoch_per_rank"))
 
 

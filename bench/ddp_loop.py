@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from bench._child import write_json
+from bench._child import MachineCpu, write_json
 
 IN_DIM = 32
 ROWS = 4096
@@ -52,12 +52,17 @@ def make_model() -> nn.Module:
 def run_epochs(model: nn.Module, loader: Any, optimizer: torch.optim.Optimizer, epochs: int,
                on_epoch_end: Callable[[int, float], None],
                before_epoch: Optional[Callable[[int], None]] = None,
-               epoch_ends: Optional[List[float]] = None) -> Tuple[float, float]:
+               epoch_ends: Optional[List[float]] = None,
+               machine: Optional[MachineCpu] = None) -> Tuple[float, float]:
     """The training loop. Returns (seconds from the first epoch start to the end of the
-    last epoch, the last batch's loss); appends each epoch's end time to ``epoch_ends``."""
+    last epoch, the last batch's loss); appends each epoch's end time to ``epoch_ends``.
+    With ``machine`` (rank 0's, on both sides), what every process on the machine used
+    during the loop is read just before and just after it, outside the timed stretch."""
     loss_fn = nn.MSELoss()
     loss_value = float("nan")
     ends = epoch_ends if epoch_ends is not None else []
+    if machine is not None:
+        machine.start()
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     ends.append(t0)
@@ -73,11 +78,16 @@ def run_epochs(model: nn.Module, loader: Any, optimizer: torch.optim.Optimizer, 
         on_epoch_end(epoch, loss_value)
         ends.append(time.perf_counter())
     _LAST_LOOP_CPU_S[0] = time.process_time() - cpu0
+    _LAST_LOOP_MACHINE.clear()
+    if machine is not None:
+        _LAST_LOOP_MACHINE.update(machine.stop(own_kind_of=os.getpid()))
     return ends[-1] - t0, loss_value
 
 
 # CPU seconds (all threads of this process) spent during the last run_epochs call.
 _LAST_LOOP_CPU_S = [float("nan")]
+# The machine's CPU during the last run_epochs call given a MachineCpu (MachineCpu.stop).
+_LAST_LOOP_MACHINE: Dict[str, Any] = {}
 
 
 def write_result(path: str, framework: str, epochs: int, in_loop_s: float,
@@ -91,6 +101,13 @@ def write_result(path: str, framework: str, epochs: int, in_loop_s: float,
         "epoch_median_s": epoch_s[len(epoch_s) // 2] if epoch_s else None,
         "epoch_max_s": epoch_s[-1] if epoch_s else None,
         "loop_cpu_s": _LAST_LOOP_CPU_S[0],
+        # Who used the machine during the loop: both ranks (their kind of process) and
+        # everything else (Ray's daemons and idle workers on ours' side, the launcher on
+        # torchrun's), with the kinds that used the most.
+        "loop_machine_cpu_s": _LAST_LOOP_MACHINE.get("machine_cpu_s"),
+        "loop_ranks_cpu_s": _LAST_LOOP_MACHINE.get("own_kind_cpu_s"),
+        "loop_others_cpu_s": _LAST_LOOP_MACHINE.get("others_cpu_s"),
+        "loop_cpu_by_kind": _LAST_LOOP_MACHINE.get("by_kind"),
         "final_loss": final_loss, "steps_per_epoch_per_rank": steps_per_epoch,
         "torch_threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -113,11 +130,12 @@ def trainyard_train_func(config: Dict[str, Any]) -> None:
                                             shuffle=True))
     optimizer = _optimizer(model)
     ends: List[float] = []
+    rank0 = engine.get_context().get_world_rank() == 0
     in_loop_s, loss = run_epochs(
         model, loader, optimizer, config["epochs"],
         on_epoch_end=lambda epoch, l: engine.report({"epoch": epoch, "loss": l}),
-        epoch_ends=ends)
-    if engine.get_context().get_world_rank() == 0:
+        epoch_ends=ends, machine=MachineCpu() if rank0 else None)
+    if rank0:
         write_result(config["out"], "trainyard", config["epochs"], in_loop_s, loss,
                      len(loader), ends)
 
@@ -142,7 +160,8 @@ def torchrun_main(argv: Optional[list] = None) -> None:
     ends: List[float] = []
     in_loop_s, loss = run_epochs(model, loader, optimizer, args.epochs,
                                  on_epoch_end=lambda epoch, l: None,
-                                 before_epoch=sampler.set_epoch, epoch_ends=ends)
+                                 before_epoch=sampler.set_epoch, epoch_ends=ends,
+                                 machine=MachineCpu() if dist.get_rank() == 0 else None)
     if dist.get_rank() == 0:
         write_result(args.out, "torchrun", args.epochs, in_loop_s, loss, len(loader), ends)
     dist.destroy_process_group()

@@ -168,9 +168,16 @@ def _print_progress(w: Workload, rep: int, reps: int, side: str, rec: Dict[str, 
           f"{_fmt(objs.get('actors_alive'))}/{_fmt(objs.get('placement_groups_alive'))}, "
           f"new {_fmt(left['actors'])}/{_fmt(left['placement_groups'])}; "
           f"load {rec['loadavg_before']}→{rec['loadavg_after']})", flush=True)
-    steps = rec.get("extra", {}).get("breakdown_s")
+    extra = rec.get("extra", {})
+    steps = extra.get("breakdown_s")
     if steps:  # where a whole process's seconds went (the engine's timeline)
         print("    " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), flush=True)
+    if extra.get("loop_machine_cpu_s") is not None:  # who used the CPUs during the loop
+        by_kind = extra.get("loop_cpu_by_kind") or {}
+        kinds = ", ".join(f"{k} {v:.2f}" for k, v in by_kind.items())
+        print(f"    during the loop: machine {_fmt(extra['loop_machine_cpu_s'])} CPU-s, "
+              f"ranks {_fmt(extra.get('loop_ranks_cpu_s'))}, "
+              f"the rest {_fmt(extra.get('loop_others_cpu_s'))} ({kinds})", flush=True)
 
 
 def _aggregate(w: Workload, args: argparse.Namespace, reps: int,

@@ -86,3 +86,47 @@ def test_breakdown_splits_a_process_at_every_mark_in_time_order():
         "imports": 1.0, "ray_started": 2.0, "rank0:read_train": 1.5, "fit_returned": 5.5,
         "exit": 1.5}
     assert breakdown([], 10.0, 21.5) == {}
+
+
+def test_machine_cpu_splits_the_stretch_by_kind_of_process():
+    """Between start() and stop(): a process that lived through counts its difference, one
+    started meanwhile counts whole, a pid reused by another process counts whole, one that
+    used nothing is not listed; the given pid's kind is split from the rest."""
+    from bench._child import MachineCpu
+
+    before = {10: (5.0, "100", "ray TrainWorker", 1), 11: (4.0, "101", "ray TrainWorker", 1),
+              20: (7.0, "50", "raylet", 1), 30: (1.0, "60", "python old", 1),
+              40: (2.0, "70", "gcs_server", 1)}
+    after = {10: (6.5, "100", "ray TrainWorker", 1), 11: (5.25, "101", "ray TrainWorker", 1),
+             20: (7.5, "50", "raylet", 1), 30: (0.75, "999", "python reused", 1),
+             40: (2.0, "70", "gcs_server", 1), 50: (0.25, "900", "ray IDLE", 1)}
+    readings = iter([before, after])
+    machine = iter([100.0, 104.5])
+    cpu = MachineCpu(read=lambda: next(readings), machine=lambda: next(machine))
+    cpu.start()
+    out = cpu.stop(own_kind_of=10)
+    assert out["machine_cpu_s"] == 4.5
+    assert out["by_kind"] == {"ray TrainWorker": 2.75, "python reused": 0.75,
+                              "raylet": 0.5, "ray IDLE": 0.25}
+    assert list(out["by_kind"]) == ["ray TrainWorker", "python reused", "raylet", "ray IDLE"]
+    assert (out["own_kind"], out["own_kind_cpu_s"], out["others_cpu_s"]) == (
+        "ray TrainWorker", 2.75, 1.5)
+
+
+def test_machine_cpu_reads_this_machine_and_finds_its_own_process():
+    """On the real /proc: this process is found under its kind and the machine's count
+    covers at least what this process burnt in between."""
+    import os
+    import time
+
+    from bench._child import MachineCpu
+
+    cpu = MachineCpu()
+    cpu.start()
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.2:
+        pass
+    out = cpu.stop(own_kind_of=os.getpid())
+    assert out["own_kind_cpu_s"] >= 0.15
+    assert out["machine_cpu_s"] >= 0.15
+    assert out["own_kind"] in out["by_kind"] or len(out["by_kind"]) == MachineCpu.TOP
