@@ -13,9 +13,12 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.py"))
+SCRIPT_TIMEOUT_S = 360
 
 
-@pytest.mark.timeout(200)
+# Hang guards, not speed checks (speed is bench/'s): the PPO example took 137 s of its
+# former 180 on 2026-11-29, the VM's load average at 12-15; the compat scripts' limits.
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     env = dict(os.environ)
@@ -31,12 +34,13 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, str(script.relative_to(REPO_ROOT))], cwd=REPO_ROOT, env=env,
-            capture_output=True, text=True, timeout=180,
+            capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
             else (exc.stderr or "")
-        pytest.fail(f"{script.name} ran past 180 s.\n--- stderr (tail) ---\n{stderr[-4000:]}")
+        pytest.fail(f"{script.name} ran past {SCRIPT_TIMEOUT_S} s.\n"
+                    f"--- stderr (tail) ---\n{stderr[-4000:]}")
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, (
