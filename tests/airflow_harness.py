@@ -182,7 +182,7 @@ class AirflowCluster:
             self.start_component(name)
         self.wait_for(self._healthy, timeout, "every Airflow component healthy")
 
-    def _start_ray(self, timeout: float = 180, attempts: int = 3) -> None:
+    def _start_ray(self, timeout: float = 300, attempts: int = 5) -> None:
         """``ray start --head --block`` in its own group, waited on until it prints "Ray
         runtime started.". On a loaded machine the raylet may miss Ray's fixed 30 s to
         register with the GCS ("The current node timed out during startup") and ``ray
