@@ -219,11 +219,10 @@ class MachineCpu:
 
     def __init__(self, read: Optional[Callable[[], Dict[int, Tuple[float, str, str, int]]]]
                  = None, machine: Optional[Callable[[], float]] = None) -> None:
-        if read is None or machine is None:
-            from scripts.cpu_by_process import cpu_times, machine_cpu_s
+        from scripts.cpu_by_process import cpu_times, machine_cpu_s, used_since
 
-            read, machine = read or cpu_times, machine or machine_cpu_s
-        self._read, self._machine = read, machine
+        self._read, self._machine = read or cpu_times, machine or machine_cpu_s
+        self._used_since = used_since
         self._before: Dict[int, Tuple[float, str, str, int]] = {}
         self._machine_before = 0.0
 
@@ -240,10 +239,8 @@ class MachineCpu:
         after = self._read()
         machine = self._machine() - self._machine_before
         used: Dict[str, float] = {}
-        for pid, (cpu, started, kind, _) in after.items():
-            before = self._before.get(pid)
-            delta = cpu - before[0] if before is not None and before[1] == started else cpu
-            if delta > 0:  # a pid reused since start() is another process: counted whole
+        for _, kind, delta in self._used_since(self._before, after):
+            if delta > 0:
                 used[kind] = used.get(kind, 0.0) + delta
         top = sorted(used.items(), key=lambda kv: -kv[1])[:self.TOP]
         out: Dict[str, Any] = {"machine_cpu_s": round(machine, 3),

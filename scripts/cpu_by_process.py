@@ -30,7 +30,7 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Tuple
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -119,6 +119,16 @@ class TestClock:
         return self.running.get(root, "(between tests)")
 
 
+def used_since(last: Dict[int, Tuple[float, str, str, int]],
+               now: Dict[int, Tuple[float, str, str, int]]) -> Iterator[Tuple[int, str, float]]:
+    """(pid, kind, CPU seconds used) of every process in ``now`` since ``last``, two
+    :func:`cpu_times` readings: a process new since ``last`` (or a pid reused by another
+    process, told by its start time) counts whole."""
+    for pid, (cpu, started, k, _) in now.items():
+        prev = last.get(pid)
+        yield pid, k, cpu - (prev[0] if prev and prev[1] == started else 0.0)
+
+
 def machine_cpu_s() -> float:
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:9]]
@@ -153,9 +163,7 @@ def main() -> int:
         if clock:
             clock.read()
         now = cpu_times()
-        for pid, (cpu, started, k, _) in now.items():
-            prev = last.get(pid)
-            used = cpu - (prev[0] if prev and prev[1] == started else 0.0)
+        for pid, k, used in used_since(last, now):
             by_kind[k] += used
             if clock and used > 0:
                 test = clock.test_of(pid, now)
