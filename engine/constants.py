@@ -101,6 +101,11 @@ RAY_MONITOR_DELAY_ENV_VAR = _setting(
     "Seconds after the local Ray's start that its autoscaler monitor starts (it reports "
     "tasks that cannot be scheduled); 0 starts it with Ray, as Ray does.")
 
+# The deferred monitor runs at this niceness: it lands while the workers train, and on a
+# machine whose cores they fill its start (and its periodic reports) must not take CPU
+# from them. Ray's own start (delay 0) leaves it at Ray's niceness.
+RAY_MONITOR_NICENESS = 19
+
 # Seconds to wait for the worker group's placement group before failing with advice.
 DEFAULT_PLACEMENT_GROUP_TIMEOUT_S = 60.0
 PLACEMENT_GROUP_TIMEOUT_ENV_VAR = _setting(

@@ -367,15 +367,17 @@ deadline = time.monotonic() + 120
 while not monitors() and time.monotonic() < deadline:
     time.sleep(0.1)
 print(json.dumps(monitors()), flush=True)
+print(json.dumps([psutil.Process(pid).nice() for pid in monitors()]), flush=True)
 ray.wait([ref], timeout=float(sys.argv[1]))  # Ray's monitor reports it meanwhile
 """
 
 
 def test_rays_monitor_starts_after_the_local_instance_and_reports_what_cannot_run():
     """The local Ray starts Ray's autoscaler monitor TRAINYARD_RAY_MONITOR_DELAY_S after
-    itself (a step that ends sooner never pays for its start): then, as with Ray's own
-    start, a task that cannot be scheduled is reported on the script's console, and the
-    monitor ends with the script. 0 starts it with Ray."""
+    itself (a step that ends sooner never pays for its start), at niceness 19 (it lands
+    while the workers train): then, as with Ray's own start, a task that cannot be
+    scheduled is reported on the script's console, and the monitor ends with the script.
+    0 starts it with Ray, at the script's own niceness."""
     import subprocess
     import sys
 
@@ -388,8 +390,10 @@ def test_rays_monitor_starts_after_the_local_instance_and_reports_what_cannot_ru
         out = subprocess.run([sys.executable, "-c", _MONITOR_SCRIPT, wait_s], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        at_start, later = (json.loads(line) for line in out.stdout.splitlines()[:2])
+        at_start, later, niceness = (json.loads(line)
+                                     for line in out.stdout.splitlines()[:3])
         assert later, f"no monitor within 120 s (delay {delay})"
+        assert niceness == [19 if delay == "2" else os.nice(0)], niceness
         assert not [pid for pid in later if _alive(pid)], "the monitor outlived the script"
         seen[delay] = bool(at_start)
         if delay == "2":

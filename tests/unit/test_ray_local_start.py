@@ -413,3 +413,23 @@ def test_the_deferred_monitor_never_starts_for_an_instance_shut_down_before(monk
     deferred._thread.join(timeout=60)
     assert not deferred._thread.is_alive()
     assert started == [] and not deferred.started
+
+
+def test_the_deferred_monitor_is_reniced_never_lower_and_a_gone_one_is_left_alone():
+    """The deferred monitor runs at RAY_MONITOR_NICENESS; a process already nicer keeps
+    its niceness (an unprivileged user could not lower it again), and one that has
+    already exited is no error."""
+    code = "import sys; sys.stdin.read()"
+    plain = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    nicer = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", code],
+                             stdin=subprocess.PIPE)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        ray_utils._lower_priority([plain.pid, nicer.pid, gone.pid], 10)
+        assert os.getpriority(os.PRIO_PROCESS, plain.pid) == max(10, os.nice(0))
+        assert os.getpriority(os.PRIO_PROCESS, nicer.pid) == 19
+    finally:
+        for proc in (plain, nicer):
+            proc.stdin.close()
+            proc.wait(timeout=60)
