@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 _UPLOAD_THREADS = 8
+# Reads of an object store file that a writer replaced meanwhile, before giving up.
+_WHOLE_READ_ATTEMPTS = 8
 _COPY_CHUNK = 8 * 1024 * 1024
 logger = logging.getLogger("engine")
 
@@ -171,8 +174,28 @@ class Storage:
 
     @retrying
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as f:
-            return f.read()
+        """The file's bytes: on an object store, one version of it, whole.
+
+        pyarrow's S3 reads take the object's size when they open it and then fetch that
+        many bytes with ranged GETs, so a read that overlaps a replace (a run record the
+        driver rewrites while another process reads it) gets the new version cut at the
+        old length, or parts of both. A read whose length differs from the size before or
+        after it is taken again."""
+        if self.local:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        for attempt in range(_WHOLE_READ_ATTEMPTS):
+            with self.fs.open_input_file(path) as f:
+                size = f.size()
+                data = f.read()
+            if len(data) == size == self.fs.get_file_info(path).size:
+                return data
+            time.sleep(0.01 * attempt)  # the writer is mid-replace: let it finish
+        raise StorageError(
+            f"{self.display(path)} was replaced during each of {_WHOLE_READ_ATTEMPTS} "
+            "reads of it, so no read got one version whole. Something rewrites it "
+            "without pause: stop that writer (another driver of the same run?) and read "
+            "it again.")
 
     def read_json(self, path: str) -> Optional[Dict[str, Any]]:
         if not self.exists(path):

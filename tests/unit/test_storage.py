@@ -88,13 +88,20 @@ class _FlakyFS:
     def __init__(self, failures: int, error: str) -> None:
         self.failures, self.error, self.calls = failures, error, 0
 
-    def open_input_stream(self, path):
+    def open_input_file(self, path):
         import io
 
         self.calls += 1
         if self.calls <= self.failures:
             raise OSError(self.error)
-        return io.BytesIO(b"payload")
+        f = io.BytesIO(b"payload")
+        f.size = lambda: len(b"payload")
+        return f
+
+    def get_file_info(self, path):
+        import types
+
+        return types.SimpleNamespace(size=len(b"payload"))
 
 
 NETWORK = ("When reading information for key 'k': AWS Error NETWORK_CONNECTION during "

@@ -46,6 +46,35 @@ def test_atomic_json_write_and_read(st, s3_server, s3_storage_path):
     assert s3_server.keys(_key(s3_storage_path)) == [f"{_key(s3_storage_path)}/run/state.json"]
 
 
+def test_a_record_read_while_its_writer_replaces_it_is_one_version_whole(st):
+    """A run record on S3 is replaced whole by its driver while other processes read it
+    (a status listing, a resuming driver, an Airflow trigger). pyarrow's S3 reads take
+    the object's size when they open it and then fetch that many bytes, so a read that
+    overlaps a replace by a longer version got the new version cut at the old length: a
+    torn JSON. Every read must give one version or the other, whole."""
+    import threading
+
+    path = f"{st.root}/run/run_state.json"
+    short, long = {"state": "RUNNING"}, {"state": "RUNNING", "history": ["x" * 40] * 20}
+    st.write_json_atomic(path, short)
+    stop = threading.Event()
+
+    def replace_again_and_again():
+        while not stop.is_set():
+            for doc in (long, short):
+                st.write_json_atomic(path, doc)
+
+    writer = threading.Thread(target=replace_again_and_again, daemon=True)
+    writer.start()
+    try:
+        seen = [st.read_json(path) for _ in range(300)]
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert all(doc in (short, long) for doc in seen)
+    assert short in seen and long in seen  # the reads did overlap the replaces
+
+
 def test_upload_list_download(st, s3_server, s3_storage_path, tmp_path):
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
