@@ -135,7 +135,7 @@ def stack(ray_session, tmp_path_factory):
             out = subprocess.run(
                 [sys.executable, "-m", "tasks.cli", "notifications", "--webhook",
                  f"{webhook.url}/automation"], env=env, cwd=REPO, capture_output=True,
-                text=True, timeout=120)
+                text=True, timeout=300)  # a hang guard: 120 s was passed under load 15
             assert out.returncode == 0, out.stderr
             procs.append(start_worker(env, tmp, logs))
             yield dict(api=api, storage=storage, webhook=webhook, env=env,
