@@ -498,10 +498,7 @@ def _stop_autoscaler_monitor() -> None:
     try:
         if not ray.is_initialized():
             return
-        node = ray._private.worker._global_node
-        infos = node.all_processes.get("monitor", []) if node is not None else []
-        for info in infos:
-            proc = info.process
+        for proc in _monitor_processes(ray._private.worker._global_node):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=2)
@@ -571,7 +568,8 @@ class _DeferredMonitor:
                                "cannot be scheduled will not be reported.", exc)
                 return
             self.started = True
-            _lower_priority(_monitor_pids(self._node), constants.RAY_MONITOR_NICENESS)
+            _lower_priority([p.pid for p in _monitor_processes(self._node)],
+                            constants.RAY_MONITOR_NICENESS)
         # Ray starts the monitor with PR_SET_PDEATHSIG, which Linux fires when the
         # *thread* that started it ends: this thread waits here until the process exits.
         threading.Event().wait()
@@ -582,10 +580,10 @@ class _DeferredMonitor:
         self._wake.set()
 
 
-def _monitor_pids(node) -> List[int]:
-    """The pids of the autoscaler monitor Ray started for ``node``."""
+def _monitor_processes(node) -> list:
+    """The autoscaler monitor processes Ray started for ``node`` (none for no node)."""
     infos = getattr(node, "all_processes", {}).get("monitor", [])
-    return [info.process.pid for info in infos if info.process is not None]
+    return [info.process for info in infos if info.process is not None]
 
 
 def _lower_priority(pids: List[int], niceness: int) -> None:

@@ -198,9 +198,13 @@ class Storage:
             "it again.")
 
     def read_json(self, path: str) -> Optional[Dict[str, Any]]:
-        if not self.exists(path):
+        """The parsed file, or None when there is none (no separate existence check: on
+        an object store that would be one more request before the read's own)."""
+        try:
+            data = self.read_bytes(path)
+        except FileNotFoundError:
             return None
-        return json.loads(self.read_bytes(path).decode("utf-8"))
+        return json.loads(data.decode("utf-8"))
 
     # --- writes ----------------------------------------------------------------
     def makedirs(self, path: str) -> None:
