@@ -312,22 +312,24 @@ def _wait_http(url: str, proc, timeout: float) -> bool:
     return False
 
 
-@pytest.fixture(scope="session")
-def s3_server(aws_test_credentials, tmp_path_factory):
-    """Start ``python -m moto.server`` on a free loopback port, create the test bucket,
-    and stop the server at session end."""
+MOTO_SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                  "moto_server.py")
+
+
+def start_s3_server(log_dir, env=None) -> S3Server:
+    """Start moto's S3 server (``tests/moto_server.py``: its conditional PUTs atomic, as
+    on S3) on a free loopback port and create the test bucket; the caller stops it."""
     import subprocess
 
-    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
-    log_dir = tmp_path_factory.mktemp("moto")
     proc = server = None
     for attempt in range(3):  # the free port can be taken between probe and bind
         port = _free_port()
-        log_path = str(log_dir / f"moto_{attempt}.log")
+        log_path = os.path.join(str(log_dir), f"moto_{attempt}.log")
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [sys.executable, MOTO_SERVER_SCRIPT, "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env)
         if _wait_http(f"http://127.0.0.1:{port}/moto-api/", proc, timeout=60):
             server = S3Server(port, proc, log_path)
             break
@@ -337,14 +339,32 @@ def s3_server(aws_test_credentials, tmp_path_factory):
         pytest.fail(f"moto S3 server did not start; see {log_dir}")
     try:
         server.client().create_bucket(Bucket=server.bucket)
+    except BaseException:
+        stop_s3_server(server)
+        raise
+    return server
+
+
+def stop_s3_server(server: S3Server) -> None:
+    import subprocess
+
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server(aws_test_credentials, tmp_path_factory):
+    """A moto S3 server for the whole session, stopped at its end."""
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
+    server = start_s3_server(tmp_path_factory.mktemp("moto"))
+    try:
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_s3_server(server)
 
 
 @pytest.fixture

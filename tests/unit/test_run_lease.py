@@ -110,15 +110,13 @@ def _contend(storage: Storage, barrier, results) -> None:
         lease.release()
 
 
-@pytest.mark.parametrize("stale", [False, True], ids=["fresh", "expired"])
-def test_exactly_one_of_many_simultaneous_drivers_wins(run_storage, stale):
+def _race(run_storage: Storage, stale: bool, n: int = 6) -> None:
     if stale:  # all of them find the same expired lease
         dead = RunLease(run_storage, "r1", ttl_s=0.2).acquire()
         dead._stop.set()
         dead._thread.join()
         time.sleep(0.4)
     ctx = multiprocessing.get_context("fork")
-    n = 6
     barrier, results = ctx.Barrier(n), ctx.Queue()
     procs = [ctx.Process(target=_contend, args=(run_storage, barrier, results))
              for _ in range(n)]
@@ -130,6 +128,35 @@ def test_exactly_one_of_many_simultaneous_drivers_wins(run_storage, stale):
     winners = [who for what, who in outcomes if what == "won"]
     assert len(winners) == 1, outcomes
     assert all(who == winners[0] for what, who in outcomes if what == "lost"), outcomes
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["fresh", "expired"])
+def test_exactly_one_of_many_simultaneous_drivers_wins(run_storage, stale):
+    _race(run_storage, stale)
+
+
+@pytest.fixture(scope="module")
+def slow_check_s3(aws_test_credentials, tmp_path_factory):
+    """A second test S3 server whose precondition checks take 0.3 s: without the atomic
+    conditional PUTs of tests/moto_server.py, every racing driver would pass the check."""
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
+    from tests.conftest import start_s3_server, stop_s3_server
+    from tests.moto_server import CHECK_DELAY_ENV_VAR
+
+    server = start_s3_server(tmp_path_factory.mktemp("moto_slow"),
+                             env=dict(os.environ, **{CHECK_DELAY_ENV_VAR: "0.3"}))
+    yield server
+    stop_s3_server(server)
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["fresh", "expired"])
+def test_drivers_racing_through_a_slow_s3_check_still_have_one_winner(slow_check_s3,
+                                                                     stale):
+    # S3 decides concurrent conditional writes to one key atomically; the test server
+    # must too, or the lease tests above pass or fail by luck (moto's own server let two
+    # of six drivers create the lease in CI).
+    uri = slow_check_s3.uri(f"runs/slow-{'expired' if stale else 'fresh'}/r1")
+    _race(Storage.from_path(uri), stale)
 
 
 def test_file_leases_keep_few_generations(tmp_path):
