@@ -20,7 +20,7 @@ import time
 
 # Tests of this wrapper widen the window between moto's precondition check and its store,
 # so that without the lock two writers would both pass the check every time.
-CHECK_DELAY_ENV_VAR = "TRAINYARD_TEST_MOTO_CHECK_DELAY_S"
+CHECK_DELAY_ENV_VAR = "MOTO_SERVER_CHECK_DELAY_S"
 
 
 def _serialize_object_puts() -> None:
