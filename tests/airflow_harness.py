@@ -36,6 +36,7 @@ DAGS = os.path.join(REPO, "dags")
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 USER = "admin"
 TERMINAL = {"success", "failed"}
+API_GET_ATTEMPTS = 3  # a read of the REST API, asked again when the server stalls
 
 
 def free_port() -> int:
@@ -321,8 +322,18 @@ class AirflowCluster:
             **kwargs: Any) -> Any:
         """``method /api/v2<path>`` with the bearer token; the JSON answer (None for a
         404 when 404 is in ``ok``)."""
-        r = requests.request(method, f"{self.base}/api/v2{path}", timeout=30,
-                             headers={"Authorization": f"Bearer {self.token()}"}, **kwargs)
+        # A GET is asked again when the API server does not answer within 60 s (CI46: it
+        # stalled past 30 s under a load of 20); a POST or PATCH is sent once.
+        attempts = API_GET_ATTEMPTS if method.upper() == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                r = requests.request(method, f"{self.base}/api/v2{path}", timeout=60,
+                                     headers={"Authorization": f"Bearer {self.token()}"},
+                                     **kwargs)
+                break
+            except (requests.Timeout, requests.ConnectionError):
+                if attempt == attempts:
+                    raise
         assert r.status_code in ok, f"{method} {path}: {r.status_code} {r.text[:2000]}"
         return None if r.status_code in (204, 404) else r.json()
 

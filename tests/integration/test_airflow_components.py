@@ -98,12 +98,13 @@ def test_a_failed_gate_skips_promote_starts_nothing_and_notifies_once(airflow):
 
     rejected = airflow.wait_for(lambda: airflow.webhook.events("rejected", RETRAIN, run_id),
                                 120, "the rejection notification")
-    assert len(airflow.webhook.events("rejected")) == 1
+    assert len(airflow.webhook.events("rejected", run_id=run_id)) == 1
     [message] = rejected
     assert message["task_id"] == "promote" and message["pipeline"] == PIPELINE
     assert any("accuracy" in r and "1.01" in r and "FAIL" in r for r in message["reasons"])
     assert message["checkpoint_uri"] == airflow.xcom(RETRAIN, run_id, "train")["uri"]
-    assert airflow.webhook.events("failed") == []
+    # Of this run (an earlier test's run that failed under load must not count here).
+    assert airflow.webhook.events("failed", run_id=run_id) == []
 
     # No asset event, nothing queued for batch_predict: the scheduler has nothing to start.
     events = airflow.api("GET", "/assets/events", params={"source_run_id": run_id})
@@ -128,7 +129,8 @@ def test_a_task_that_fails_for_good_notifies_once(airflow, tmp_path):
     [message] = failed
     assert (message["task_id"], message["try_number"]) == ("ingest", 3)
     assert "Not a directory" in message["error"]
-    assert len(airflow.webhook.events("failed")) == 1  # not per retry, not per DAG run
+    # Not per retry, not per DAG run (a DAG-level message would carry the same run id).
+    assert len(airflow.webhook.events("failed", run_id=run_id)) == 1
     assert "failed for good" in airflow.task_log(RETRAIN, run_id, "ingest")
 
 

@@ -151,9 +151,9 @@ def mlflow_server(tmp_path):
     import time
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.conftest import _free_port
+
+    port = _free_port()  # not port 0: see "Ports" in tests/README.md
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port",
            str(port), "--workers", "1", "--backend-store-uri",
@@ -163,7 +163,8 @@ def mlflow_server(tmp_path):
                                 start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
+        # A hang guard: under a load of 20 (CI46) its start took more than 120 s.
+        deadline = time.time() + 300
         while True:
             try:
                 urllib.request.urlopen(f"{url}/health", timeout=2).read()
