@@ -36,7 +36,6 @@ DAGS = os.path.join(REPO, "dags")
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 USER = "admin"
 TERMINAL = {"success", "failed"}
-API_GET_ATTEMPTS = 3  # a read of the REST API, asked again when the server stalls
 
 
 def free_port() -> int:
@@ -96,6 +95,19 @@ class Webhook:
         self.server.server_close()
 
 
+def _api_session() -> requests.Session:
+    """Requests to the REST API: a GET is asked again, twice, when the API server does
+    not answer (CI46: it stalled past 30 s under a load of 20); a POST or PATCH is sent
+    once (urllib3 retries only the methods listed)."""
+    from urllib3.util.retry import Retry
+
+    session = requests.Session()
+    retry = Retry(total=2, connect=2, read=2, status=0, allowed_methods=frozenset({"GET"}),
+                  raise_on_status=False)
+    session.mount("http://", requests.adapters.HTTPAdapter(max_retries=retry))
+    return session
+
+
 class AirflowCluster:
     """Airflow's four components and a Ray head; ``api(...)`` calls the REST API v2."""
 
@@ -115,6 +127,7 @@ class AirflowCluster:
         self.ray_address = f"127.0.0.1:{free_port()}"
         self.extra_env = dict(env or {})
         self._token: Optional[str] = None
+        self._api = _api_session()
         self._secret = uuid.uuid4().hex + uuid.uuid4().hex
 
     # --- environment --------------------------------------------------------------------
@@ -322,18 +335,8 @@ class AirflowCluster:
             **kwargs: Any) -> Any:
         """``method /api/v2<path>`` with the bearer token; the JSON answer (None for a
         404 when 404 is in ``ok``)."""
-        # A GET is asked again when the API server does not answer within 60 s (CI46: it
-        # stalled past 30 s under a load of 20); a POST or PATCH is sent once.
-        attempts = API_GET_ATTEMPTS if method.upper() == "GET" else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                r = requests.request(method, f"{self.base}/api/v2{path}", timeout=60,
-                                     headers={"Authorization": f"Bearer {self.token()}"},
-                                     **kwargs)
-                break
-            except (requests.Timeout, requests.ConnectionError):
-                if attempt == attempts:
-                    raise
+        r = self._api.request(method, f"{self.base}/api/v2{path}", timeout=60,
+                              headers={"Authorization": f"Bearer {self.token()}"}, **kwargs)
         assert r.status_code in ok, f"{method} {path}: {r.status_code} {r.text[:2000]}"
         return None if r.status_code in (204, 404) else r.json()
 
