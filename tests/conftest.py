@@ -120,12 +120,36 @@ def pytest_runtest_protocol(item, nextitem):
     mark("end")
 
 
+# The machine's speed when the run starts (tests/machine_speed.py): the suite is
+# CPU-bound on 2 cores, and the development VM's speed per CPU-second varied more from
+# day to day than the suite did, so its summary says what speed a run had.
+_speed_at_start: Dict[str, object] = {}
+
+
+def pytest_sessionstart(session):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller measures
+        return
+    from tests import machine_speed
+
+    _speed_at_start.update(ms=machine_speed.reference_ms(), cpu=machine_speed.cpu_times())
+
+
 def pytest_terminal_summary(terminalreporter):
     slowest = sorted(_module_seconds.items(), key=lambda kv: -kv[1])[:20]
     if slowest:
         terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
         for module, seconds in slowest:
             terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+    if _speed_at_start:
+        from tests import machine_speed
+
+        steal = machine_speed.steal_share(_speed_at_start["cpu"], machine_speed.cpu_times())
+        terminalreporter.write_sep("=", "machine speed (tests/machine_speed.py)")
+        terminalreporter.write_line(
+            f"reference loop: {_speed_at_start['ms']:.0f} ms of CPU at the start, "
+            f"{machine_speed.reference_ms():.0f} ms at the end (lower is faster)"
+            + (f"; steal {100 * steal:.1f} % of the machine's CPU time"
+               if steal is not None else ""))
 
 
 def pytest_collection_modifyitems(config, items):

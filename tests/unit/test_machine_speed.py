@@ -1,0 +1,47 @@
+"""tests/machine_speed.py: the speed probe the suite's summary prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import machine_speed
+
+
+def test_steal_share_is_the_hypervisors_part_of_the_time_between_readings():
+    assert machine_speed.steal_share((1000, 10), (2000, 60)) == pytest.approx(0.05)
+    assert machine_speed.steal_share((1000, 10), (2000, 10)) == 0.0
+    # No reading, or no time between them: nothing to say.
+    assert machine_speed.steal_share(None, (2000, 60)) is None
+    assert machine_speed.steal_share((1000, 10), None) is None
+    assert machine_speed.steal_share((1000, 10), (1000, 10)) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
+def test_cpu_times_reads_the_machine():
+    total, steal = machine_speed.cpu_times()
+    assert total > 0 and 0 <= steal <= total
+
+
+def test_reference_is_the_best_of_its_repeats(monkeypatch):
+    clock = iter([0.0, 0.30, 1.0, 1.10, 2.0, 2.25])  # three repeats: 300, 100, 250 ms
+    monkeypatch.setattr(machine_speed.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(machine_speed, "_workload", lambda: 0)
+    assert machine_speed.reference_ms(repeats=3) == pytest.approx(100.0)
+
+
+def test_a_run_prints_the_speed_in_its_summary(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--rootdir", repo, "-c", os.path.join(repo, "pyproject.toml"),
+         "--confcutdir", repo, "-p", "tests.conftest", str(tmp_path / "test_one.py")],
+        cwd=repo, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "machine speed (tests/machine_speed.py)" in out.stdout
+    line = next(x for x in out.stdout.splitlines() if x.startswith("reference loop:"))
+    assert "ms of CPU at the start" in line and "ms at the end" in line
