@@ -147,7 +147,8 @@ def _init_ray() -> None:
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         deferred: list = []
         try:
-            with _quiet_ray_start(), _without_api_server(), _prompt_registration_wait(), \
+            with _quiet_ray_start(), _without_api_server(), \
+                    _prompt_registration_wait(frozenset(before)), \
                     _monitor_later(deferred, monitor_delay_s):
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
@@ -160,9 +161,9 @@ def _init_ray() -> None:
         except Exception as exc:
             if attempt == LOCAL_START_ATTEMPTS or _START_TIMEOUT not in str(exc):
                 raise
-            # Ray gives its raylet a fixed 30 s to register; on a busy machine (CPU
-            # starved by other jobs) its agents can take longer to start. What it
-            # started is left running: stop it, then start again.
+            # The raylet died before it registered, or did not register within
+            # _REGISTRATION_WAIT_ALIVE_S (a CPU-starved machine). What the start left
+            # running is stopped, then Ray starts again.
             stopped = _stop_ray_children(before)
             logger.warning("Ray's local start timed out (%s); stopped the %d processes it "
                            "had started and starting it again (attempt %d of %d).",
@@ -661,15 +662,24 @@ def _node_method_replaced(name: str, replace):
 
 
 @contextlib.contextmanager
-def _prompt_registration_wait():
+def _prompt_registration_wait(before: frozenset = frozenset()):
     """Let ``ray.init()`` see the raylet's registration as soon as it happens.
 
     After starting the raylet, Ray 2.60's ``Node`` asks the GCS for the node once and the
     GCS client's lookup retries only once a second: the start took 2.1 s or 3.1 s on the
     2-core development VM depending on where the registration fell in that second. Here
-    the lookup first polls the GCS's node table every 50 ms (for up to 30 s, Ray's own
-    limit), so Ray's lookup then finds the node at once; Ray's lookup and its limit then
-    run as before. Anything unexpected (another Ray's internals) leaves the wait to
+    the lookup first polls the GCS's node table every 50 ms, so Ray's lookup then finds
+    the node at once.
+
+    Ray fails ``ray.init()`` when the raylet has not registered in time: 30 s, plus the
+    retries of its own lookup (a raylet stopped for 40 s still made it, one stopped for
+    90 s did not). On a CPU-starved machine (the 2-core VM at a load average of 20, a busy
+    orchestrator worker) the start can need longer, and starting again only repeats the
+    same work under the same load (three starts in a row failed this way in a full test run on
+    2026-11-29). So past 30 s the poll goes on, up to ``_REGISTRATION_WAIT_ALIVE_S``,
+    for as long as the raylet this start launched (a child of this process not in
+    ``before``) is running; Ray's lookup runs once it ends, and fails as before when the
+    node never came. Anything unexpected (another Ray's internals) leaves the wait to
     Ray."""
     try:
         import ray._private.services as services
@@ -685,10 +695,22 @@ def _prompt_registration_wait():
         state = GlobalState()
         try:
             state._initialize_global_state(client_options(gcs_address))
-            deadline = time.monotonic() + _REGISTRATION_WAIT_S
-            while time.monotonic() < deadline:
-                if any(n.get("NodeID") == node_id for n in state.node_table()):
+            start = time.monotonic()
+            check_raylet_at, warned = start + _REGISTRATION_WAIT_S, False
+            while not any(n.get("NodeID") == node_id for n in state.node_table()):
+                now = time.monotonic()
+                if now - start >= _REGISTRATION_WAIT_ALIVE_S:
                     break
+                if now >= check_raylet_at:
+                    if not _raylet_alive(before):
+                        break
+                    if not warned:
+                        warned = True
+                        logger.warning(
+                            "Ray's raylet has not registered within %.0f s (a busy "
+                            "machine?); waiting on while it runs, up to %.0f s in all.",
+                            _REGISTRATION_WAIT_S, _REGISTRATION_WAIT_ALIVE_S)
+                    check_raylet_at = now + 1.0
                 time.sleep(0.05)
         except Exception as exc:  # noqa: BLE001 - Ray's own lookup still runs below
             logger.debug("Polling the GCS for the raylet's registration failed: %s", exc)
@@ -704,8 +726,28 @@ def _prompt_registration_wait():
         services.get_node = original
 
 
-# Ray's own limit on the raylet's registration (ray/_private/node.py).
+# Ray's own limit on the raylet's registration (ray/_private/node.py; its lookup then
+# retries for a while), and how long the engine polls in all while the raylet runs
+# (see _prompt_registration_wait).
 _REGISTRATION_WAIT_S = 30.0
+_REGISTRATION_WAIT_ALIVE_S = 180.0
+
+
+def _raylet_alive(before: frozenset) -> bool:
+    """Whether a raylet this process started, and not among ``before``, still runs."""
+    import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
+
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return False
+    for child in children:
+        if child.pid in before:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if child.name() == "raylet" and child.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
 class _DropMessages(logging.Filter):

@@ -190,6 +190,83 @@ def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
     assert services.get_node is ray_lookup
 
 
+def _fake_registration(monkeypatch, tables):
+    """The GCS's node table answering ``tables(poll)``; Ray's own lookup, which raises as
+    Ray's does while the node is missing. Returns the polls and Ray's lookups."""
+    import ray._private.services as services
+    from ray._private.state import GlobalState
+
+    polls, lookups = [], []
+    monkeypatch.setattr(GlobalState, "_initialize_global_state", lambda self, options: None)
+    monkeypatch.setattr(GlobalState, "disconnect", lambda self: None)
+    monkeypatch.setattr(GlobalState, "node_table",
+                        lambda self: polls.append(1) or tables(len(polls)))
+    monkeypatch.setattr(services, "_get_gcs_client_options", lambda address: address)
+
+    def ray_lookup(gcs_address, node_id):
+        lookups.append(len(polls))
+        if tables(len(polls)):
+            return {"node_id": node_id}
+        raise RuntimeError("node not found")  # as Ray 2.60's lookup when it is missing
+
+    monkeypatch.setattr(services, "get_node", ray_lookup)
+    monkeypatch.setattr(ray_utils, "_REGISTRATION_WAIT_S", 0.2)  # Ray's 30 s, scaled
+    monkeypatch.setattr(ray_utils, "_REGISTRATION_WAIT_ALIVE_S", 30.0)
+    return services, polls, lookups
+
+
+def test_a_slow_raylet_that_still_runs_is_waited_for_past_rays_limit(monkeypatch, caplog):
+    """On a CPU-starved machine the raylet can need more than Ray's 30 s to register;
+    ray.init() would fail and a new start repeat the same work. While the raylet the
+    start launched runs, the lookup waits on and the start succeeds."""
+    services, polls, lookups = _fake_registration(
+        monkeypatch, lambda poll: [{"NodeID": "n1"}] if poll >= 12 else [])
+    alive_asked = []
+    monkeypatch.setattr(ray_utils, "_raylet_alive",
+                        lambda before: alive_asked.append(before) or True)
+    with caplog.at_level("WARNING", logger=ray_utils.logger.name), \
+            ray_utils._prompt_registration_wait(frozenset({11})):
+        assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
+    assert lookups == [12]  # Ray's lookup ran once, after the poll that saw the node
+    assert alive_asked and all(b == frozenset({11}) for b in alive_asked)
+    assert "not registered within 0 s" in caplog.text and "waiting on" in caplog.text
+
+
+def test_a_raylet_that_died_is_not_waited_for(monkeypatch):
+    """Past Ray's limit, a raylet that is gone ends the wait at once: Ray's lookup then
+    fails as it would have (and the start's retry takes over)."""
+    services, polls, lookups = _fake_registration(monkeypatch, lambda poll: [])
+    monkeypatch.setattr(ray_utils, "_raylet_alive", lambda before: False)
+    t0 = time.monotonic()
+    with ray_utils._prompt_registration_wait(), pytest.raises(RuntimeError, match="not found"):
+        services.get_node("127.0.0.1:6379", "n1")
+    assert time.monotonic() - t0 < 10  # not _REGISTRATION_WAIT_ALIVE_S (30 s here)
+    assert len(lookups) == 1
+
+
+def test_raylet_alive_sees_only_a_raylet_this_start_launched(tmp_path):
+    """``_raylet_alive`` looks at this process's children named raylet, not at those
+    that were there before the start, and not at one that has exited."""
+    import shutil
+
+    fake = tmp_path / "raylet"  # a process whose name is "raylet"
+    shutil.copy(shutil.which("sleep"), fake)
+    # This process's children so far (the test session's own Ray has a raylet).
+    before = frozenset(p.pid for p in psutil.Process().children())
+    assert not ray_utils._raylet_alive(before)
+    proc = subprocess.Popen([str(fake), "30"])
+    try:
+        assert ray_utils._raylet_alive(before)
+        assert not ray_utils._raylet_alive(before | {proc.pid})
+        proc.kill()
+        time.sleep(0.2)  # exited, not yet reaped: a zombie is not a running raylet
+        assert not ray_utils._raylet_alive(before)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not ray_utils._raylet_alive(before)
+
+
 @pytest.mark.parametrize("handler", ["engine", "ray_job_entry"])
 def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
     """Ray's core worker answers SIGTERM with a 3 s alarm() that aborts the process; the
