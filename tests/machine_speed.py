@@ -3,7 +3,7 @@
 On the 2-core development VM the suite is CPU-bound, and the VM's speed per CPU-second
 moved more than any change to the tests did: the XGBoost benchmark's anchor (an
 unchanged script) took 3.7-4.7 s on 2026-11-26, 6.8 s on 2026-11-28 and 10.1 s on
-2026-11-29, each on a quiet machine, while the guest's steal time stayed under 1 %.
+2026-11-29, each on a quiet machine, while the guest's steal time stayed at about 1 % or less.
 A run's wall time says little without the speed it ran at: the suite's terminal
 summary prints :func:`reference_ms` at the start and the end of the run.
 
