@@ -214,6 +214,16 @@ def _child_pids() -> set:
         return set()
 
 
+def _children_since(before) -> list:
+    """This process's children (psutil processes) whose pids are not in ``before``."""
+    import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
+
+    try:
+        return [c for c in psutil.Process().children() if c.pid not in before]
+    except psutil.Error:
+        return []
+
+
 def _stop_ray_children(before: set) -> int:
     """SIGKILL the Ray processes a failed local start left behind: this process's
     children started since ``before`` that are Ray's (its GCS and raylet binaries, or
@@ -222,9 +232,7 @@ def _stop_ray_children(before: set) -> int:
     import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
 
     victims = []
-    for child in psutil.Process().children():
-        if child.pid in before:
-            continue
+    for child in _children_since(before):
         try:
             cmdline = " ".join(child.cmdline())
             if "ray_process_reaper" in cmdline:
@@ -737,13 +745,7 @@ def _raylet_alive(before: frozenset) -> bool:
     """Whether a raylet this process started, and not among ``before``, still runs."""
     import psutil  # Ray's own copy (ray/thirdparty_files) when not installed
 
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return False
-    for child in children:
-        if child.pid in before:
-            continue
+    for child in _children_since(before):
         with contextlib.suppress(psutil.Error):
             if child.name() == "raylet" and child.status() != psutil.STATUS_ZOMBIE:
                 return True

@@ -36,38 +36,40 @@ print("RESULT", result.metrics["x"])
 STALL_S = 90
 
 
+def _raylets(pid: int) -> list:
+    """The raylet processes among ``pid``'s children (ray.init starts its raylet)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if child.name() == "raylet":
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found
+
+
 @pytest.mark.timeout(300)
 def test_a_raylet_stalled_past_rays_start_limit_is_waited_for(tmp_path):
     script = tmp_path / "step.py"
     script.write_text(STEP)
     proc = subprocess.Popen([sys.executable, str(script)], env=driver_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    raylets = set()
     try:
-        # The raylet is a child of the driver (ray.init starts it); catch it before it
-        # registers (that takes it about a second).
+        # Catch the raylet before it registers (that takes it about a second).
         deadline = time.monotonic() + 120
-        raylet = None
-        while raylet is None:
+        while True:
             assert proc.poll() is None, proc.communicate()[0][-4000:]
             assert time.monotonic() < deadline, thread_dump(proc.pid)
-            for child in psutil.Process(proc.pid).children():
-                try:
-                    if child.name() == "raylet":
-                        raylet = child
-                except psutil.Error:
-                    continue
+            found = _raylets(proc.pid)
+            if found:
+                break
             time.sleep(0.005)
-        raylets.add(raylet.pid)
+        raylet = found[0]
+        raylets = {raylet.pid}
         raylet.suspend()
         stalled_at = time.monotonic()
         while time.monotonic() - stalled_at < STALL_S:
-            for child in psutil.Process(proc.pid).children():  # a second start?
-                try:
-                    if child.name() == "raylet":
-                        raylets.add(child.pid)
-                except psutil.Error:
-                    continue
+            raylets.update(r.pid for r in _raylets(proc.pid))  # a second start?
             time.sleep(0.5)
         try:
             raylet.resume()
