@@ -41,6 +41,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from engine import constants
 from engine._internal.storage import Storage, join
+from engine._internal.storage_s3 import client_for
 from engine.exceptions import RunInProgressError, StorageError
 
 logger = logging.getLogger("engine")
@@ -245,7 +246,7 @@ class _S3Leases:
     def __init__(self, fs: Any, run_dir: str) -> None:
         self.bucket, _, prefix = run_dir.partition("/")
         self.key = f"{prefix}/{LEASE_OBJECT}" if prefix else LEASE_OBJECT
-        self.client = _boto3_client(fs)
+        self.client = client_for(fs)
 
     def read(self) -> Tuple[Optional[Doc], Any]:
         try:
@@ -280,26 +281,6 @@ class _S3Leases:
         return self._put(doc, IfMatch=token)
 
 
-def _boto3_client(fs: Any) -> Any:
-    """A boto3 S3 client for the endpoint, region and keys of a pyarrow S3FileSystem
-    (boto3's own credential chain when the filesystem names no keys)."""
-    import boto3
-
-    opts = fs.__reduce__()[1][0]  # S3FileSystem pickles its options as one dict
-    kwargs: Dict[str, Any] = {}
-    endpoint = opts.get("endpoint_override")
-    if endpoint:
-        kwargs["endpoint_url"] = endpoint if "://" in endpoint \
-            else f"{opts.get('scheme') or 'https'}://{endpoint}"
-    if opts.get("region"):
-        kwargs["region_name"] = opts["region"]
-    if opts.get("access_key"):
-        kwargs.update(aws_access_key_id=opts["access_key"],
-                      aws_secret_access_key=opts.get("secret_key"),
-                      aws_session_token=opts.get("session_token") or None)
-    return boto3.client("s3", **kwargs)
-
-
 class _PlainLeases:
     """Read-then-write through pyarrow: not atomic (GCS, HDFS, S3 without boto3)."""
 
@@ -332,9 +313,11 @@ def _backend(storage: Storage) -> Any:
     if storage.fs.type_name == "s3":
         try:
             return _S3Leases(storage.fs, storage.root)
-        except ImportError:
-            logger.warning("boto3 is missing, so the run lease of %s is not taken "
-                           "atomically (pip install 'trainyard[s3]').", storage.display())
+        except (ImportError, NotImplementedError) as exc:
+            logger.warning("The run lease of %s is not taken atomically: boto3 %s "
+                           "(pip install 'trainyard[s3]').", storage.display(),
+                           "is missing" if isinstance(exc, ImportError)
+                           else f"is not used when {exc}")
     else:
         logger.warning("Storage %s has no conditional writes trainyard can use: two "
                        "drivers started at the same moment on run %s could both take it.",

@@ -9,9 +9,10 @@ file, and deleting a committed directory removes its commit marker first, so a
 half-deleted checkpoint never looks committed.
 
 The public face of this module is ``engine.storage``; the parts live beside it:
-``storage_paths`` (paths and URIs to filesystems, the storage root), ``storage_retry`` (which errors are
-retried), ``storage_commit`` (the atomic directory commit) and ``uris`` (secrets
-kept out of logs). Their names are importable from here too, as before.
+``storage_paths`` (paths and URIs to filesystems, the storage root), ``storage_retry``
+(which errors are retried), ``storage_commit`` (the atomic directory commit),
+``storage_s3`` (whole reads and conditional writes on S3 through boto3) and ``uris``
+(secrets kept out of logs). Their names are importable from here too, as before.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from engine import constants
 from engine._internal import storage_commit as _commit
+from engine._internal import storage_s3 as _s3
 from engine._internal.storage_paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
                                             default_root, is_uri, join,
                                             memory_storage_path, memory_storage_root,
@@ -47,6 +49,7 @@ __all__ = [
 _UPLOAD_THREADS = 8
 # Reads of an object store file that a writer replaced meanwhile, before giving up.
 _WHOLE_READ_ATTEMPTS = 8
+_warned_no_sdk: List[bool] = []  # the pyarrow-only read is warned of once a process
 _COPY_CHUNK = 8 * 1024 * 1024
 logger = logging.getLogger("engine")
 
@@ -176,14 +179,19 @@ class Storage:
     def read_bytes(self, path: str) -> bytes:
         """The file's bytes: on an object store, one version of it, whole.
 
-        pyarrow's S3 reads take the object's size when they open it and then fetch that
-        many bytes with ranged GETs, so a read that overlaps a replace (a run record the
-        driver rewrites while another process reads it) gets the new version cut at the
-        old length, or parts of both. A read whose length differs from the size before or
-        after it is taken again."""
+        On S3 that is one GET through boto3 (``storage_s3``): pyarrow's reads take the
+        object's size first and then fetch that many bytes with ranged GETs, so a read
+        that overlaps a replace (a run record its driver rewrites while another process
+        reads it) would get the new version cut at the old length. Without boto3, and
+        on other object stores, a read whose length differs from the size before or
+        after it is taken again (which a replace back to the same size can still slip
+        past: install ``trainyard[s3]``)."""
         if self.local:
             with self.fs.open_input_stream(path) as f:
                 return f.read()
+        client = self._sdk_client()
+        if client is not None:
+            return _s3.read_whole(client, path, self.display(path))
         for attempt in range(_WHOLE_READ_ATTEMPTS):
             with self.fs.open_input_file(path) as f:
                 size = f.size()
@@ -196,6 +204,22 @@ class Storage:
             "reads of it, so no read got one version whole. Something rewrites it "
             "without pause: stop that writer (another driver of the same run?) and read "
             "it again.")
+
+    def _sdk_client(self) -> Any:
+        """boto3's client for this S3 filesystem, or None (not S3, no boto3, or options
+        it is not given: see ``storage_s3``)."""
+        if self.fs.type_name != "s3" or not isinstance(self.fs, pafs.S3FileSystem):
+            return None  # (a stand-in filesystem in tests may call itself s3)
+        try:
+            return _s3.client_for(self.fs)
+        except (ImportError, NotImplementedError) as exc:
+            if not _warned_no_sdk:
+                _warned_no_sdk.append(True)
+                logger.warning(
+                    "Reading S3 through pyarrow only (%s): a read that overlaps a replace "
+                    "of the same object is retried, not prevented. pip install "
+                    "'trainyard[s3]' for whole reads.", safe_reason(exc) or "no boto3")
+            return None
 
     def read_json(self, path: str) -> Optional[Dict[str, Any]]:
         """The parsed file, or None when there is none (no separate existence check: on

@@ -59,6 +59,16 @@ _retry_state = threading.local()
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+class ServiceError(OSError):
+    """An object store's answer from a client that reports it typed (boto3, in
+    ``storage_s3``): its error code and HTTP status, each None when unknown."""
+
+    def __init__(self, message: str, code: Optional[str], status: Optional[int]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
 def service_error(exc: BaseException) -> Tuple[Optional[str], Optional[int]]:
     """``(error code, HTTP status)`` of an object store's error, each None when unknown.
 
@@ -67,7 +77,10 @@ def service_error(exc: BaseException) -> Tuple[Optional[str], Optional[int]]:
     subclass, no ``errno``, no status attribute; checked with pyarrow 25 against 403,
     404, 429, 500, 502, 503 and a refused connection) and for most google-cloud-cpp
     ones, and keeps the SDK's error code and the HTTP status only in the message.
+    A :class:`ServiceError` carries both as attributes.
     """
+    if isinstance(exc, ServiceError):
+        return exc.code, exc.status
     match = _SERVICE_ERROR_RE.search(str(exc))
     if match is None:
         return None, None

@@ -104,6 +104,38 @@ class _FlakyFS:
         return types.SimpleNamespace(size=len(b"payload"))
 
 
+class _ReplacedFS:
+    """An object store stand-in (no boto3 reader) whose record is replaced by a longer
+    version while the first read is under way: that read takes the old size and gets
+    the new version cut at it, as pyarrow's ranged S3 reads do."""
+
+    type_name = "gcs"
+
+    def __init__(self) -> None:
+        self.old, self.new, self.reads = b'{"v": 1}', b'{"v": 2, "more": 1}', 0
+
+    def open_input_file(self, path):
+        import io
+
+        self.reads += 1
+        size = len(self.old if self.reads == 1 else self.new)
+        f = io.BytesIO(self.new[:size])
+        f.size = lambda: size
+        return f
+
+    def get_file_info(self, path):
+        import types
+
+        return types.SimpleNamespace(size=len(self.new))
+
+
+def test_a_read_that_overlapped_a_replace_is_taken_again_where_no_whole_get_exists():
+    fs = _ReplacedFS()
+    assert Storage(fs, "bucket/run").read_json("bucket/run/run_state.json") == \
+        {"v": 2, "more": 1}
+    assert fs.reads == 2  # the torn first read was not returned
+
+
 NETWORK = ("When reading information for key 'k': AWS Error NETWORK_CONNECTION during "
            "GetObject operation: curlCode: 28, Timeout was reached")
 

@@ -100,11 +100,24 @@ class _S3Stub(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def s3_stub(monkeypatch):
+READERS = {  # how each reader asks for an object, and how it names a 403 and a 503
+    "boto3": ("GET", "answered 403", "answered 503"),
+    "pyarrow": ("HEAD", "ACCESS_DENIED", "HTTP status 503"),
+}
+
+
+@pytest.fixture(params=sorted(READERS))
+def s3_stub(monkeypatch, request):
     """A loopback S3 endpoint and a Storage on it whose SDK does not retry (one
-    attempt), so every retry seen is the storage layer's."""
+    attempt), so every retry seen is the storage layer's; reading through boto3 (one
+    whole GET, ``storage_s3``) and through pyarrow alone (without boto3)."""
+    import engine._internal.storage_s3 as s3_mod
+
     monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(s3_mod, "SDK_ATTEMPTS", 1)
+    monkeypatch.setattr(s3_mod, "_clients", {})
+    if request.param == "pyarrow":
+        monkeypatch.setattr(Storage, "_sdk_client", lambda self: None)
     monkeypatch.setattr(_S3Stub, "failures", [])
     monkeypatch.setattr(_S3Stub, "requests", [])
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _S3Stub)
@@ -115,35 +128,36 @@ def s3_stub(monkeypatch):
         access_key="test-key", secret_key="test-secret", connect_timeout=2,
         request_timeout=2, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1))
     try:
-        yield Storage(fs, "bucket/run"), _S3Stub
+        yield Storage(fs, "bucket/run"), _S3Stub, READERS[request.param]
     finally:
         server.shutdown()
         server.server_close()
 
 
 def test_a_503_is_retried_until_the_server_answers(s3_stub, caplog):
-    st, stub = s3_stub
+    st, stub, (first, _, _) = s3_stub
     stub.failures.extend([503, 503])
     with caplog.at_level("WARNING", logger="engine"):
         assert st.read_bytes("bucket/run/model.pt") == PAYLOAD
-    assert stub.requests[:3] == ["HEAD", "HEAD", "HEAD"]  # two 503s, then through
+    assert stub.requests[:3] == [first] * 3  # two 503s, then through
     assert "is not answering" in caplog.text and "answered again" in caplog.text
 
 
-@pytest.mark.parametrize("status, shown", [(403, "ACCESS_DENIED"), (404, "does not exist")])
-def test_a_403_or_404_fails_at_once(s3_stub, status, shown):
-    st, stub = s3_stub
+@pytest.mark.parametrize("status", [403, 404])
+def test_a_403_or_404_fails_at_once(s3_stub, status):
+    st, stub, (first, denied, _) = s3_stub
     stub.failures.extend([status] * 5)
-    with pytest.raises(OSError, match=shown):
+    with pytest.raises(FileNotFoundError if status == 404 else OSError,
+                       match=denied if status == 403 else "does not exist"):
         st.read_bytes("bucket/run/model.pt")
-    assert stub.requests == ["HEAD"]  # one request: nothing retried
+    assert stub.requests == [first]  # one request: nothing retried
 
 
 def test_retry_budget_comes_from_the_environment(monkeypatch, s3_stub):
-    st, stub = s3_stub
+    st, stub, (first, _, unavailable) = s3_stub
     monkeypatch.setenv("TRAINYARD_STORAGE_RETRY_S", "0")
     stub.failures.extend([503] * 3)
-    with pytest.raises(OSError, match="HTTP status 503"):
+    with pytest.raises(OSError, match=unavailable):
         st.read_bytes("bucket/run/model.pt")
-    assert stub.requests == ["HEAD"]  # no budget: the first transient error is final
+    assert stub.requests == [first]  # no budget: the first transient error is final
 

@@ -51,7 +51,10 @@ def test_a_record_read_while_its_writer_replaces_it_is_one_version_whole(st):
     (a status listing, a resuming driver, an Airflow trigger). pyarrow's S3 reads take
     the object's size when they open it and then fetch that many bytes, so a read that
     overlaps a replace by a longer version got the new version cut at the old length: a
-    torn JSON. Every read must give one version or the other, whole."""
+    torn JSON. Every read must give one version or the other, whole, however fast the
+    writer goes: a read is one GET through boto3 (``storage_s3``), which S3 answers from
+    one version. (A read that compared sizes before and after, and took itself again
+    when they differed, still gave up on a writer this fast on a busy machine.)"""
     import threading
 
     path = f"{st.root}/run/run_state.json"
@@ -73,6 +76,55 @@ def test_a_record_read_while_its_writer_replaces_it_is_one_version_whole(st):
         writer.join(timeout=60)
     assert all(doc in (short, long) for doc in seen)
     assert short in seen and long in seen  # the reads did overlap the replaces
+
+
+def test_without_boto3_reads_go_through_pyarrow_and_say_so_once(st, monkeypatch, caplog):
+    """boto3 comes with ``trainyard[s3]``; without it S3 is read through pyarrow alone,
+    with one warning a process that a read overlapping a replace is only retried."""
+    import engine._internal.storage as storage_mod
+    import engine._internal.storage_s3 as s3_mod
+
+    def no_boto3(opts):
+        raise ImportError("No module named 'boto3'")
+
+    monkeypatch.setattr(s3_mod, "_clients", {})
+    monkeypatch.setattr(s3_mod, "_new_client", no_boto3)
+    monkeypatch.setattr(storage_mod, "_warned_no_sdk", [])
+    st.write_json_atomic(f"{st.root}/a.json", {"v": 1})
+    with caplog.at_level("WARNING", logger="engine"):
+        assert st.read_json(f"{st.root}/a.json") == {"v": 1}
+        assert st.read_json(f"{st.root}/a.json") == {"v": 1}
+        assert st.read_json(f"{st.root}/absent.json") is None
+    warned = [r for r in caplog.records if "through pyarrow only" in r.getMessage()]
+    assert len(warned) == 1 and "trainyard[s3]" in warned[0].getMessage()
+
+
+def test_the_boto3_client_takes_the_filesystems_endpoint_keys_and_options(s3_server):
+    """The client that reads whole objects talks to the same server, with the same
+    keys, timeouts and path-style addressing as the pyarrow filesystem; one client per
+    set of options; an assumed role (which it is not given) keeps reads on pyarrow."""
+    import engine._internal.storage_s3 as s3_mod
+
+    fs = pafs.S3FileSystem(endpoint_override=s3_server.endpoint.split("://")[-1],
+                           scheme="http", access_key="k", secret_key=FAKE_AWS_SECRET,
+                           region="eu-west-1", connect_timeout=3, request_timeout=7)
+    client = s3_mod.client_for(fs)
+    assert client is s3_mod.client_for(pickle.loads(pickle.dumps(fs)))
+    config = client.meta.config
+    assert client.meta.endpoint_url == f"http://{s3_server.endpoint.split('://')[-1]}"
+    assert client.meta.region_name == "eu-west-1"
+    assert (config.connect_timeout, config.read_timeout) == (3, 7)
+    assert config.s3["addressing_style"] == "path"
+    assert config.retries["total_max_attempts"] == s3_mod.SDK_ATTEMPTS
+    assert client._request_signer._credentials.access_key == "k"
+    from botocore import UNSIGNED
+
+    anonymous = s3_mod.client_for(pafs.S3FileSystem(anonymous=True, region="us-east-1"))
+    assert anonymous.meta.config.signature_version is UNSIGNED
+    assert anonymous.meta.config.s3["addressing_style"] == "auto"
+    with pytest.raises(NotImplementedError, match="role_arn"):
+        s3_mod.client_for(pafs.S3FileSystem(role_arn="arn:aws:iam::1:role/r",
+                                            region="us-east-1"))
 
 
 def test_upload_list_download(st, s3_server, s3_storage_path, tmp_path):
