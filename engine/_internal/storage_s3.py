@@ -10,8 +10,9 @@
 * Conditional PUTs (``If-None-Match``, ``If-Match``), which the run lease takes its
   lease with (``run_lease``).
 
-A client is made once per set of filesystem options and shared by the process's threads
-(boto3 clients are thread-safe; each is made from its own session, which is not).
+A client is made once per process and set of filesystem options and shared by the
+process's threads (boto3 clients are thread-safe; each is made from its own session,
+which is not; none is shared across a fork).
 ``client_for`` raises ``ImportError`` without boto3 (``pip install 'trainyard[s3]'``)
 and ``NotImplementedError`` for options boto3 is not given here (an assumed role):
 callers then keep to pyarrow.
@@ -19,6 +20,7 @@ callers then keep to pyarrow.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Dict
 
@@ -39,7 +41,9 @@ def client_for(fs: Any) -> Any:
     timeouts, proxy, CA file and addressing (boto3's own credential chain when the
     filesystem names no keys)."""
     opts = fs.__reduce__()[1][0]  # S3FileSystem pickles its options as one dict
-    key = repr(sorted(opts.items()))
+    # A forked child (a DataLoader worker, say) must not share its parent's connection
+    # pool, whose sockets both would read from: a client per process.
+    key = f"{os.getpid()} {sorted(opts.items())!r}"
     with _clients_lock:
         client = _clients.get(key)
         if client is None:

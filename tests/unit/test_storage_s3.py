@@ -99,6 +99,22 @@ def test_without_boto3_reads_go_through_pyarrow_and_say_so_once(st, monkeypatch,
     assert len(warned) == 1 and "trainyard[s3]" in warned[0].getMessage()
 
 
+def _in_a_forked_child(fn):
+    """``fn()``'s value, computed in a forked copy of this process."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer and leave without running pytest's exit handlers
+        try:
+            os.write(write, str(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        out = answer.read()
+    os.waitpid(pid, 0)
+    return int(out)
+
+
 def test_the_boto3_client_takes_the_filesystems_endpoint_keys_and_options(s3_server):
     """The client that reads whole objects talks to the same server, with the same
     keys, timeouts and path-style addressing as the pyarrow filesystem; one client per
@@ -110,6 +126,8 @@ def test_the_boto3_client_takes_the_filesystems_endpoint_keys_and_options(s3_ser
                            region="eu-west-1", connect_timeout=3, request_timeout=7)
     client = s3_mod.client_for(fs)
     assert client is s3_mod.client_for(pickle.loads(pickle.dumps(fs)))
+    child = _in_a_forked_child(lambda: id(s3_mod.client_for(fs)))
+    assert child != id(client)  # a fork gets a client (and connections) of its own
     config = client.meta.config
     assert client.meta.endpoint_url == f"http://{s3_server.endpoint.split('://')[-1]}"
     assert client.meta.region_name == "eu-west-1"
