@@ -41,7 +41,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from engine import constants
 from engine._internal.storage import Storage, join
-from engine._internal.storage_s3 import client_for
+from engine._internal.storage_s3 import client_error, client_for
 from engine.exceptions import RunInProgressError, StorageError
 
 logger = logging.getLogger("engine")
@@ -263,8 +263,7 @@ class _S3Leases:
                                          Body=json.dumps(doc, indent=1).encode("utf-8"),
                                          ContentType="application/json", **condition)
         except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code, status = client_error(exc)
             # 412: the object changed since it was read; 409: a concurrent conditional
             # write won; NoSuchKey: If-Match on an object deleted meanwhile.
             if status in (409, 412) or code in ("PreconditionFailed", "NoSuchKey",

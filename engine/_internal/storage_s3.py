@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 from engine._internal.storage_retry import ServiceError
 
@@ -98,6 +98,13 @@ def _new_client(opts: Dict[str, Any]) -> Any:
     return boto3.session.Session().client("s3", config=Config(**config), **kwargs)
 
 
+def client_error(exc: Any) -> Tuple[Optional[str], Optional[int]]:
+    """``(error code, HTTP status)`` of botocore's ``ClientError``, each None when the
+    answer has none."""
+    code = str(exc.response.get("Error", {}).get("Code", "")) or None
+    return code, exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
 def read_whole(client: Any, path: str, shown: str) -> bytes:
     """The bytes of the object at ``bucket/key`` ``path``, one version whole, from one
     GET. Raises ``FileNotFoundError`` when there is none, ``ConnectionError`` when the
@@ -112,14 +119,12 @@ def read_whole(client: Any, path: str, shown: str) -> bytes:
     try:
         return client.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", "")) or None
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code, status = client_error(exc)
         if status == 404 or code in ("NoSuchKey", "404"):
             raise FileNotFoundError(f"{shown} does not exist") from exc
+        message = exc.response.get("Error", {}).get("Message", "")
         raise ServiceError(f"S3 answered {status} {code or ''} to a GET of {shown}: "
-                           f"{error.get('Message', '')}".rstrip(": "),
-                           code=code, status=status) from exc
+                           f"{message}".rstrip(": "), code=code, status=status) from exc
     except (BotoConnectionError, HTTPClientError, IncompleteReadError) as exc:
         raise ConnectionError(f"reading {shown}: {type(exc).__name__}: {exc}") from exc
     except BotoCoreError as exc:  # no credentials, a bad endpoint: not worth a retry
