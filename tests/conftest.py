@@ -80,11 +80,34 @@ def _module_rank(item) -> int:
 
 
 _module_seconds: Dict[str, float] = {}
+# CPU-seconds by module: each test's teardown report carries what the process tree of
+# the pytest process that ran it used since the previous test's (tests/machine_speed.py:
+# its Ray's daemons and workers, the scripts and servers it started, reaped or not).
+_module_cpu: Dict[str, float] = {}
+_CPU_PROPERTY = "trainyard_cpu_s"
+_cpu_read: Dict[str, float] = {}  # this process's last reading of its tree
 
 
 def pytest_runtest_logreport(report):
-    module = report.nodeid.split("::", 1)[0]
+    # (A file outside the rootdir has no module part in its node id.)
+    module = report.nodeid.split("::", 1)[0] or report.location[0]
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+    for key, value in report.user_properties:
+        if key == _CPU_PROPERTY:
+            _module_cpu[module] = _module_cpu.get(module, 0.0) + value
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when != "teardown" or not _cpu_read:
+        return
+    from tests import machine_speed
+
+    now = machine_speed.tree_cpu_seconds(os.getpid())
+    used, _cpu_read["s"] = max(0.0, now - _cpu_read["s"]), now
+    report = outcome.get_result()
+    report.user_properties = list(report.user_properties) + [(_CPU_PROPERTY, used)]
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -127,29 +150,40 @@ _speed_at_start: Dict[str, object] = {}
 
 
 def pytest_sessionstart(session):
-    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller measures
-        return
     from tests import machine_speed
 
+    _cpu_read["s"] = machine_speed.tree_cpu_seconds(os.getpid())
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller measures
+        return
     _speed_at_start.update(ms=machine_speed.reference_ms(), cpu=machine_speed.cpu_times())
 
 
 def pytest_terminal_summary(terminalreporter):
+    write = terminalreporter.write_line
     slowest = sorted(_module_seconds.items(), key=lambda kv: -kv[1])[:20]
     if slowest:
         terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
         for module, seconds in slowest:
-            terminalreporter.write_line(f"{seconds:8.1f}s {module}")
+            write(f"{seconds:8.1f}s {module}")
+    costliest = sorted(_module_cpu.items(), key=lambda kv: -kv[1])[:20]
+    if costliest:
+        terminalreporter.write_sep("=", "most CPU by module (its tests' process trees)")
+        for module, cpu in costliest:
+            write(f"{cpu:8.1f} CPU-s {_module_seconds.get(module, 0.0):8.1f}s  {module}")
     if _speed_at_start:
         from tests import machine_speed
 
-        steal = machine_speed.steal_share(_speed_at_start["cpu"], machine_speed.cpu_times())
+        now = machine_speed.cpu_times()
+        steal = machine_speed.steal_share(_speed_at_start["cpu"], now)
+        busy = machine_speed.busy_seconds(_speed_at_start["cpu"], now)
         terminalreporter.write_sep("=", "machine speed (tests/machine_speed.py)")
-        terminalreporter.write_line(
-            f"reference loop: {_speed_at_start['ms']:.0f} ms of CPU at the start, "
-            f"{machine_speed.reference_ms():.0f} ms at the end (lower is faster)"
-            + (f"; steal {100 * steal:.1f} % of the machine's CPU time"
-               if steal is not None else ""))
+        write(f"reference loop: {_speed_at_start['ms']:.0f} ms of CPU at the start, "
+              f"{machine_speed.reference_ms():.0f} ms at the end (lower is faster)"
+              + (f"; steal {100 * steal:.1f} % of the machine's CPU time"
+                 if steal is not None else ""))
+        if busy is not None:
+            write(f"CPU of the run: {busy:.0f} CPU-s on the machine (/proc/stat, start to "
+                  f"end), {sum(_module_cpu.values()):.0f} CPU-s under the test processes")
 
 
 def pytest_collection_modifyitems(config, items):

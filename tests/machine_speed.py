@@ -13,7 +13,10 @@ summary prints :func:`reference_ms` at the start and the end of the run.
 from __future__ import annotations
 
 import time
-from typing import Optional, Tuple
+import os
+from typing import Dict, List, Optional, Tuple
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _workload() -> int:
@@ -44,15 +47,61 @@ def reference_ms(repeats: int = 5) -> float:
     return best * 1000.0
 
 
-def cpu_times() -> Optional[Tuple[int, int]]:
-    """(all, steal) jiffies of the machine from ``/proc/stat``; None where it is not."""
+def cpu_times() -> Optional[Tuple[int, int, int]]:
+    """(all, steal, busy) jiffies of the machine from ``/proc/stat``; None where it is
+    not. Busy is all but idle and iowait, as ``scripts/cpu_by_process.py`` counts it."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
     steal = fields[7] if len(fields) > 7 else 0
-    return sum(fields[:8]), steal
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6, 7) if i < len(fields))
+    return sum(fields[:8]), steal, busy
+
+
+def busy_seconds(before: Optional[Tuple[int, int]],
+                 after: Optional[Tuple[int, int]]) -> Optional[float]:
+    """CPU-seconds the machine was busy between two :func:`cpu_times` readings: every
+    process on it and the kernel, not only the suite's."""
+    if before is None or after is None or len(before) < 3 or len(after) < 3:
+        return None
+    return (after[2] - before[2]) / _HZ
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU-seconds used so far by process ``root`` and every process under it, alive or
+    reaped: each live process's own time plus what its reaped children used (Linux's
+    cutime/cstime). A process that ends moves its time into its parent's reaped share,
+    so the sum only grows while nothing under ``root`` is re-parented away (a daemon
+    that double-forks); 0.0 where /proc is not readable."""
+    parent: Dict[int, int] = {}
+    ticks: Dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:  # gone since the listing
+            continue
+        fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) "
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    children: Dict[int, List[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _HZ
 
 
 def steal_share(before: Optional[Tuple[int, int]],

@@ -22,8 +22,29 @@ def test_steal_share_is_the_hypervisors_part_of_the_time_between_readings():
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
 def test_cpu_times_reads_the_machine():
-    total, steal = machine_speed.cpu_times()
-    assert total > 0 and 0 <= steal <= total
+    total, steal, busy = machine_speed.cpu_times()
+    assert total > 0 and 0 <= steal <= total and steal <= busy <= total
+
+
+def test_busy_seconds_are_the_busy_jiffies_between_readings():
+    hz = os.sysconf("SC_CLK_TCK")
+    assert machine_speed.busy_seconds((0, 0, 0), (9 * hz, 0, 3 * hz)) == pytest.approx(3.0)
+    assert machine_speed.busy_seconds(None, (1, 0, 1)) is None
+
+
+_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+_BURN_IN_GRANDCHILD = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {_BURN!r}], check=True)\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc")
+def test_a_process_trees_cpu_counts_its_reaped_descendants():
+    """What the suite charges a module: a grandchild's CPU, gone and reaped, still
+    counts for the process the test ran in, and nothing outside its tree does."""
+    before = machine_speed.tree_cpu_seconds(os.getpid())
+    subprocess.run([sys.executable, "-c", _BURN_IN_GRANDCHILD], check=True, timeout=60)
+    used = machine_speed.tree_cpu_seconds(os.getpid()) - before
+    assert used >= 0.6
+    assert machine_speed.tree_cpu_seconds(2 ** 22 + 7) == 0.0  # no such process
 
 
 def test_reference_is_the_best_of_its_repeats(monkeypatch):
@@ -45,3 +66,7 @@ def test_a_run_prints_the_speed_in_its_summary(tmp_path):
     assert "machine speed (tests/machine_speed.py)" in out.stdout
     line = next(x for x in out.stdout.splitlines() if x.startswith("reference loop:"))
     assert "ms of CPU at the start" in line and "ms at the end" in line
+    cpu = next(x for x in out.stdout.splitlines() if x.startswith("CPU of the run:"))
+    assert "CPU-s on the machine" in cpu and "CPU-s under the test processes" in cpu
+    assert "most CPU by module" in out.stdout
+    assert any(x.endswith("test_one.py") and " CPU-s " in x for x in out.stdout.splitlines())
