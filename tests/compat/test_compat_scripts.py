@@ -1,5 +1,6 @@
 """Ray Train/Tune scripts ported by rewriting their imports only: each runs as a script
-in its own process (its own local Ray) and asserts what a user would check. The Tuner's
+in its own process (joining this process's Ray, tests/compat/_run.py) and asserts what a
+user would check. The Tuner's
 scripts are in test_compat_tune_scripts.py."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat._run import SCRIPTS, TUNE_SCRIPTS, run_script, scripts
+from tests.compat._run import OWN_RAY, SCRIPTS, TUNE_SCRIPTS, run_script, scripts
 
 
 def test_scripts_use_only_trainyard_imports() -> None:
@@ -19,9 +20,10 @@ def test_scripts_use_only_trainyard_imports() -> None:
 
 def test_every_tune_script_exists() -> None:
     assert TUNE_SCRIPTS <= {p.name for p in SCRIPTS}
+    assert OWN_RAY <= {p.name for p in SCRIPTS}
 
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("script", scripts(tune=False), ids=lambda p: p.name)
-def test_script_runs(script: Path, tmp_path: Path) -> None:
-    run_script(script, tmp_path)
+def test_script_runs(script: Path, tmp_path: Path, ray_session) -> None:
+    run_script(script, tmp_path, ray_session.get_runtime_context().gcs_address)
