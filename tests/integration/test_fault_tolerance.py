@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -38,15 +37,23 @@ def fault_free(ray_session, tmp_path_factory):
                         run_config=RunConfig(storage_path=storage)).fit()
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_worker_sigkill_recovers_to_same_model(fault_free, storage_path, seed):
-    _sigkill_run_matches_fault_free(fault_free, storage_path, seed)
+# (rank killed, round it is killed at). These were drawn from random seeds 0-4 and 5-6
+# before; seed 3 drew seed 1's case again (rank 0 at round 3), a whole run that proved
+# nothing new. The S3 runs take the cases the local ones leave out.
+LOCAL_KILLS = [(1, 2), (0, 3), (0, 1), (0, 2)]
+S3_KILLS = [(1, 3), (1, 1)]
 
 
-@pytest.mark.parametrize("seed", range(5, 7))
+@pytest.mark.parametrize("rank,at_round", LOCAL_KILLS, ids=lambda v: str(v))
+def test_worker_sigkill_recovers_to_same_model(fault_free, storage_path, rank, at_round):
+    _sigkill_run_matches_fault_free(fault_free, storage_path, rank, at_round)
+
+
+@pytest.mark.parametrize("rank,at_round", S3_KILLS, ids=lambda v: str(v))
 def test_worker_sigkill_on_s3_recovers_to_same_model(fault_free, s3_storage_path, s3_server,
-                                                     seed):
-    result = _sigkill_run_matches_fault_free(fault_free, s3_storage_path, seed, local=False)
+                                                     rank, at_round):
+    result = _sigkill_run_matches_fault_free(fault_free, s3_storage_path, rank, at_round,
+                                             local=False)
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(
         Bucket=s3_server.bucket, Prefix=result.path.split(s3_server.bucket + "/", 1)[1]
     ).get("Contents", [])]
@@ -55,9 +62,8 @@ def test_worker_sigkill_on_s3_recovers_to_same_model(fault_free, s3_storage_path
     assert not [k for k in keys if "/.staging/" in k]
 
 
-def _sigkill_run_matches_fault_free(fault_free, storage, seed, local=True):
-    rng = random.Random(seed)
-    killer = KillWorkerOnce(rank=rng.randint(0, 1), at_iteration=rng.randint(1, 3))
+def _sigkill_run_matches_fault_free(fault_free, storage, rank, at_round, local=True):
+    killer = KillWorkerOnce(rank=rank, at_iteration=at_round)
     result = TorchTrainer(
         digits.train_func, train_loop_config=DIGITS,
         scaling_config=ScalingConfig(num_workers=2),
