@@ -80,34 +80,12 @@ def _module_rank(item) -> int:
 
 
 _module_seconds: Dict[str, float] = {}
-# CPU-seconds by module: each test's teardown report carries what the process tree of
-# the pytest process that ran it used since the previous test's (tests/machine_speed.py:
-# its Ray's daemons and workers, the scripts and servers it started, reaped or not).
-_module_cpu: Dict[str, float] = {}
-_CPU_PROPERTY = "trainyard_cpu_s"
-_cpu_read: Dict[str, float] = {}  # this process's last reading of its tree
 
 
 def pytest_runtest_logreport(report):
     # (A file outside the rootdir has no module part in its node id.)
     module = report.nodeid.split("::", 1)[0] or report.location[0]
     _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
-    for key, value in report.user_properties:
-        if key == _CPU_PROPERTY:
-            _module_cpu[module] = _module_cpu.get(module, 0.0) + value
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    if call.when != "teardown" or not _cpu_read:
-        return
-    from tests import machine_speed
-
-    now = machine_speed.tree_cpu_seconds(os.getpid())
-    used, _cpu_read["s"] = max(0.0, now - _cpu_read["s"]), now
-    report = outcome.get_result()
-    report.user_properties = list(report.user_properties) + [(_CPU_PROPERTY, used)]
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -121,10 +99,37 @@ def pytest_runtest_teardown(item, nextitem):
         sweep_worker_logs_if_due(only_own=False)
 
 
-# scripts/cpu_by_process.py --by-test sets this: each test's start and end, with the
-# pid of the pytest process running it, so that the CPU of every process under that
-# pid (Ray's workers and daemons, subprocesses) is charged to the test it ran for.
+# Each test's start and end, with the pid of the pytest process running it, so that the
+# CPU of every process under that pid (Ray's workers and daemons, subprocesses) is
+# charged to the test it ran for: by tests/cpu_account.py in the session's own process
+# (the summary's "most CPU by module"), and by scripts/cpu_by_process.py --by-test,
+# which sets the file. pytest_configure names one when nothing did.
 _TIMELINE = os.environ.get("TRAINYARD_TEST_TIMELINE")
+_cpu_account = None  # the session process's tests/cpu_account.py sampler
+
+
+def pytest_configure(config):
+    global _TIMELINE, _cpu_account
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker writes the timeline its controller named
+        _TIMELINE = workerinput.get("trainyard_timeline") or _TIMELINE
+        return
+    if not os.path.exists("/proc/stat"):
+        return
+    if not _TIMELINE:
+        fd, _TIMELINE = tempfile.mkstemp(prefix="trainyard-timeline-", suffix=".txt")
+        os.close(fd)
+        atexit.register(lambda path=_TIMELINE: os.path.exists(path) and os.remove(path))
+    from tests.cpu_account import CpuAccount
+
+    _cpu_account = CpuAccount(_TIMELINE).start()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist's controller: the timeline goes to the workers in their input, not in the
+    environment, so that a pytest a test starts keeps an account of its own."""
+    node.workerinput["trainyard_timeline"] = _TIMELINE
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -134,9 +139,12 @@ def pytest_runtest_protocol(item, nextitem):
         return
     import time
 
+    # (A file outside the rootdir has no module part in its node id.)
+    nodeid = item.nodeid if not item.nodeid.startswith("::") else item.location[0] + item.nodeid
+
     def mark(what: str) -> None:
         with open(_TIMELINE, "a") as f:  # one short line per write: appends interleave whole
-            f.write(f"{time.time():.3f} {os.getpid()} {what} {item.nodeid}\n")
+            f.write(f"{time.time():.3f} {os.getpid()} {what} {nodeid}\n")
 
     mark("start")
     yield
@@ -150,11 +158,10 @@ _speed_at_start: Dict[str, object] = {}
 
 
 def pytest_sessionstart(session):
-    from tests import machine_speed
-
-    _cpu_read["s"] = machine_speed.tree_cpu_seconds(os.getpid())
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller measures
         return
+    from tests import machine_speed
+
     _speed_at_start.update(ms=machine_speed.reference_ms(), cpu=machine_speed.cpu_times())
 
 
@@ -165,9 +172,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", "slowest modules (setup + call + teardown)")
         for module, seconds in slowest:
             write(f"{seconds:8.1f}s {module}")
-    costliest = sorted(_module_cpu.items(), key=lambda kv: -kv[1])[:20]
+    by_module = _cpu_account.stop() if _cpu_account is not None else {}
+    costliest = sorted(by_module.items(), key=lambda kv: -kv[1])[:20]
     if costliest:
-        terminalreporter.write_sep("=", "most CPU by module (its tests' process trees)")
+        terminalreporter.write_sep("=", "most CPU by module (tests/cpu_account.py)")
         for module, cpu in costliest:
             write(f"{cpu:8.1f} CPU-s {_module_seconds.get(module, 0.0):8.1f}s  {module}")
     if _speed_at_start:
@@ -182,8 +190,11 @@ def pytest_terminal_summary(terminalreporter):
               + (f"; steal {100 * steal:.1f} % of the machine's CPU time"
                  if steal is not None else ""))
         if busy is not None:
+            from tests.cpu_account import BETWEEN, OUTSIDE
+
+            tests = sum(v for k, v in by_module.items() if k not in (OUTSIDE, BETWEEN))
             write(f"CPU of the run: {busy:.0f} CPU-s on the machine (/proc/stat, start to "
-                  f"end), {sum(_module_cpu.values()):.0f} CPU-s under the test processes")
+                  f"end), {tests:.0f} CPU-s under the test processes while tests ran")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -241,6 +252,22 @@ def ray_session(aws_test_credentials):
 @pytest.fixture
 def ray_start_4_cpus(ray_session):
     return ray_session
+
+
+@pytest.fixture(scope="module")
+def pooled_workers(ray_session):
+    """The module's fits and tunes inside one ``engine.reuse_workers()`` block: a fit
+    starts on the warm worker processes an earlier fit of the same shape finished with
+    (no process start, no framework import again), and the block's end stops them. For
+    modules whose tests check results, not how workers start, die or leak: put
+    ``pytestmark = pytest.mark.usefixtures("pooled_workers")`` in the module. The
+    engine resets a worker between fits (test_worker_reuse.py shows a fit cannot see
+    the one before); each framework's fresh start stays covered by a module without it.
+    """
+    import engine
+
+    with engine.reuse_workers() as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Optional, Tuple
 
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -67,41 +67,6 @@ def busy_seconds(before: Optional[Tuple[int, int]],
     if before is None or after is None or len(before) < 3 or len(after) < 3:
         return None
     return (after[2] - before[2]) / _HZ
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU-seconds used so far by process ``root`` and every process under it, alive or
-    reaped: each live process's own time plus what its reaped children used (Linux's
-    cutime/cstime). A process that ends moves its time into its parent's reaped share,
-    so the sum only grows while nothing under ``root`` is re-parented away (a daemon
-    that double-forks); 0.0 where /proc is not readable."""
-    parent: Dict[int, int] = {}
-    ticks: Dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0.0
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:  # gone since the listing
-            continue
-        fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) "
-        pid = int(name)
-        parent[pid] = int(fields[1])
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    children: Dict[int, List[int]] = {}
-    for pid, ppid in parent.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += ticks.get(pid, 0)
-        todo.extend(children.get(pid, ()))
-    return total / _HZ
 
 
 def steal_share(before: Optional[Tuple[int, int]],

@@ -32,21 +32,6 @@ def test_busy_seconds_are_the_busy_jiffies_between_readings():
     assert machine_speed.busy_seconds(None, (1, 0, 1)) is None
 
 
-_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
-_BURN_IN_GRANDCHILD = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {_BURN!r}], check=True)\n"
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc")
-def test_a_process_trees_cpu_counts_its_reaped_descendants():
-    """What the suite charges a module: a grandchild's CPU, gone and reaped, still
-    counts for the process the test ran in, and nothing outside its tree does."""
-    before = machine_speed.tree_cpu_seconds(os.getpid())
-    subprocess.run([sys.executable, "-c", _BURN_IN_GRANDCHILD], check=True, timeout=60)
-    used = machine_speed.tree_cpu_seconds(os.getpid()) - before
-    assert used >= 0.6
-    assert machine_speed.tree_cpu_seconds(2 ** 22 + 7) == 0.0  # no such process
-
-
 def test_reference_is_the_best_of_its_repeats(monkeypatch):
     clock = iter([0.0, 0.30, 1.0, 1.10, 2.0, 2.25])  # three repeats: 300, 100, 250 ms
     monkeypatch.setattr(machine_speed.time, "process_time", lambda: next(clock))
@@ -54,8 +39,22 @@ def test_reference_is_the_best_of_its_repeats(monkeypatch):
     assert machine_speed.reference_ms(repeats=3) == pytest.approx(100.0)
 
 
-def test_a_run_prints_the_speed_in_its_summary(tmp_path):
-    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+_BURNS_IN_A_GRANDCHILD = """
+import subprocess, sys
+
+BURN = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 2.5: pass"
+
+
+def test_one():
+    subprocess.run([sys.executable, "-c", "import subprocess, sys; "
+                    f"subprocess.run([sys.executable, '-c', {BURN!r}], check=True)"],
+                   check=True)
+"""
+
+
+def test_a_run_prints_the_speed_and_the_cpu_by_module_in_its_summary(tmp_path):
+    """A module's CPU counts what its tests started: here a grandchild's 2.5 s."""
+    (tmp_path / "test_one.py").write_text(_BURNS_IN_A_GRANDCHILD)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -69,4 +68,6 @@ def test_a_run_prints_the_speed_in_its_summary(tmp_path):
     cpu = next(x for x in out.stdout.splitlines() if x.startswith("CPU of the run:"))
     assert "CPU-s on the machine" in cpu and "CPU-s under the test processes" in cpu
     assert "most CPU by module" in out.stdout
-    assert any(x.endswith("test_one.py") and " CPU-s " in x for x in out.stdout.splitlines())
+    row = next(x for x in out.stdout.splitlines() if x.endswith("test_one.py")
+               and " CPU-s " in x)
+    assert float(row.split()[0]) >= 1.0, row  # of 2.5: at most its last reading is lost
