@@ -19,6 +19,10 @@ from engine.callbacks import (Callback, LoggerCallback, MLflowLoggerCallback,
 from engine.torch import TorchTrainer
 from tests.event_files import hparams, read_events, scalars
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
 
 class LoggingCallback(LoggerCallback):
     """The seed's example, as written (no super().__init__())."""

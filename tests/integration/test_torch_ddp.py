@@ -12,6 +12,10 @@ from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
 
 class AllRanks(Callback):
     def __init__(self):
