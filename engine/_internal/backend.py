@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from engine._internal.worker_group import WorkerGroup
@@ -10,6 +10,12 @@ if TYPE_CHECKING:
 
 class BackendConfig:
     """Framework settings; ``backend_cls`` names the Backend that applies them."""
+
+    #: Whether the workers may serve another fit or trial after this backend's run
+    #: (``engine.reuse_workers()``, ``TuneConfig(reuse_actors=True)``): the worker reset
+    #: (``engine._internal.worker_reset``) undoes all its backend sets up. Read from the
+    #: class itself, not inherited: a subclass says so for itself.
+    REUSABLE_WORKERS: ClassVar[bool] = True
 
     @property
     def backend_cls(self) -> type:
@@ -44,15 +50,19 @@ class Backend:
 _PORT_ATTEMPTS = 5
 
 
-def distinct_free_ports(worker_group: "WorkerGroup", framework: str) -> List[Tuple[str, int]]:
+def distinct_free_ports(worker_group: "WorkerGroup", framework: str,
+                        draw: Optional[Callable[[], Tuple[str, int]]] = None
+                        ) -> List[Tuple[str, int]]:
     """``(node address, port)`` for each worker, drawn on its own node, no two alike
-    (two workers of one node could draw the same port)."""
+    (two workers of one node could draw the same port). ``draw`` runs on each worker
+    instead of drawing a free port, when a worker may keep a port it serves on."""
     import ray
 
     from engine.exceptions import WorkerGroupStartupError
 
     for _ in range(_PORT_ATTEMPTS):
-        addresses = ray.get([a.free_port.remote() for a in worker_group.actors])
+        addresses = ray.get([a.execute.remote(draw) if draw is not None
+                             else a.free_port.remote() for a in worker_group.actors])
         if len(set(addresses)) == len(addresses):
             return addresses
     raise WorkerGroupStartupError(f"Could not find distinct free ports for the {framework} "

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from engine import constants
 from engine._internal import session as _session
-from engine._internal import timeline
+from engine._internal import timeline, worker_reset
 from engine._internal.failure_diagnosis import worker_raised
 from engine._internal.output_capture import capture
 from engine.exceptions import WorkerError
@@ -141,6 +141,7 @@ class TrainWorker:
     """One training process. Wrapped with ``ray.remote`` by the worker group."""
 
     def __init__(self) -> None:
+        worker_reset.snapshot()  # what reset() brings a reused process back to
         self._session: Optional[_session.TrainSession] = None
         self._thread: Optional[threading.Thread] = None
         self._done = False
@@ -247,6 +248,14 @@ class TrainWorker:
         head, tail = frames[:3], frames[-(limit - 3):]
         return ("".join(traceback.format_list(head)) + "  ...\n"
                 + "".join(traceback.format_list(tail)))
+
+    def reset(self) -> Optional[str]:
+        """Before this process serves another fit or trial (the worker pool): drop the
+        last run's session and thread, then undo what it left in the process. None
+        when clean, else why not (the pool stops the worker then)."""
+        self._session, self._thread = None, None
+        _session.shutdown_session()
+        return worker_reset.reset_process()
 
     def shutdown(self) -> None:
         _session.shutdown_session()

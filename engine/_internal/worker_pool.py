@@ -2,7 +2,8 @@
 ``engine.reuse_workers()``, across the fits and tunes of one process.
 
 A trial or fit whose workers all finished hands its group to the pool instead of killing
-it (after a torch process group, if any, is destroyed on every worker); the next trial or
+it, once every worker undid what the run left in its process (``worker_reset``: the
+framework's collective, its environment, the user's modules); the next trial or
 fit with the same shape (resources, worker count, env) starts on it, skipping the
 placement group and the process start. Idle groups still hold their placement group, so
 the trial loop counts them as used and evicts them when a trial of another shape needs
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -149,25 +149,19 @@ class _PooledWorkerGroup(WorkerGroup):
 
 
 def reset_worker() -> bool:
-    """Runs on a worker before its process serves another trial: no framework state may
-    outlive the trial (a torch process group would refuse the next trial's init)."""
-    import sys
+    """Runs on a worker before its process serves another trial or fit: no framework
+    state may outlive the trial (``engine._internal.worker_reset``); True when clean."""
+    from engine._internal.worker_reset import reset_process
 
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-        torch_config = sys.modules.get("engine.torch.config")
-        if torch_config is not None:
-            torch_config.release_store()
-        return not dist.is_initialized()
-    return True
+    return reset_process() is None
 
 
 def _reset(group: WorkerGroup) -> bool:
     import ray
 
     try:
-        return all(ray.get(group.execute_async(reset_worker), timeout=30))
+        return all(why is None for why in
+                   ray.get([a.reset.remote() for a in group.actors], timeout=60))
     except Exception:  # a worker that cannot be reset is stopped instead
         return False
 
@@ -185,12 +179,10 @@ def _alive(group: WorkerGroup) -> bool:
 
 def resettable(backend_config: Any) -> bool:
     """Whether worker processes can serve another trial or fit after this backend set
-    them up: none, or torch's process group (which the pool destroys in between). Other
-    frameworks (TF_CONFIG, Horovod, the GBDT collectives) start on fresh workers."""
-    if type(backend_config) is BackendConfig:
-        return True
-    torch_config = sys.modules.get("engine.torch.config")
-    return torch_config is not None and type(backend_config) is torch_config.TorchConfig
+    them up: the engine's own backends (every trainer's but RLlib's) declare
+    ``REUSABLE_WORKERS``, as the reset undoes all they set up; a subclass (a user's
+    backend) does not inherit it, since it may set up state the reset does not know."""
+    return bool(vars(type(backend_config)).get("REUSABLE_WORKERS", False))
 
 
 # --- one pool for a whole block of fits and tunes: engine.reuse_workers() --------------
@@ -215,12 +207,22 @@ def reuse_workers() -> Iterator[WorkerGroupPool]:
     Inside the block a worker group whose training finished cleanly is kept (idle,
     holding its resources) instead of stopped, and the next ``fit()`` or Tuner trial of
     the same shape (workers, resources per worker, worker env) starts on its processes:
-    no placement group, process start or ``import torch`` again. Only backends that
-    leave nothing behind in a worker qualify (none, and torch's, whose process group is
-    destroyed in between); TensorFlow, Horovod and the GBDT trainers start fresh workers
-    as always. A ``fit()`` that takes an idle group stops the other idle ones first, and
-    leaving the outermost block stops all of them, so keep the block around the steps
-    that train (not around batch prediction, whose actors need those CPUs). Blocks nest
+    no placement group, process start or framework import again. Every trainer's
+    workers qualify but RLlib's (and those of a user's own ``BackendConfig`` subclass):
+    in between, each worker tears down the framework's collective (torch's process
+    group, ``hvd.shutdown()``, XGBoost's tracker and communicator, LightGBM's network),
+    resets framework state (Keras' session, Accelerate's, the RNGs), drops the user's
+    modules imported during the fit (the next fit imports them afresh) and gets back
+    the environment variables and working directory it started with. TensorFlow cannot
+    stop its collective server in-process: a group that ran MultiWorkerMirroredStrategy
+    keeps its ports, so the next TensorFlow fit on it gets the same ``TF_CONFIG`` and
+    reuses the server; a worker whose server serves another cluster (a strategy given
+    its own resolver) is not reusable. A worker whose reset fails, or finds it not
+    clean, is stopped instead of kept.
+
+    A ``fit()`` that takes an idle group stops the other idle ones first, and leaving
+    the outermost block stops all of them, so keep the block around the steps that
+    train (not around batch prediction, whose actors need those CPUs). Blocks nest
     (the outermost one owns the pool) and hold across threads (e.g. Prefect tasks).
     Runs on a Ray cluster of their own (Ray Jobs) are not affected.
     """

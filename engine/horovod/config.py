@@ -11,7 +11,7 @@ import importlib.util
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 
 from engine._internal.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError, WorkerGroupStartupError
@@ -57,6 +57,8 @@ class HorovodConfig(BackendConfig):
             (``HOROVOD_GLOO_TIMEOUT_SECONDS``).
         verbose: 0 is quiet; 1 or more logs the rendezvous server's requests.
     """
+
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
 
     nics: Optional[Sequence[str]] = None
     timeout_s: int = 300

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, ClassVar, Dict, Iterator, Optional
 
 from engine import constants
 from engine.torch.config import TorchBackend, TorchConfig
@@ -30,9 +30,9 @@ FORWARDED_ENV_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFF
 class HuggingFaceTorchConfig(TorchConfig):
     """A :class:`TorchConfig` plus the environment the workers get before training.
 
-    A type of its own, so that a Tuner starts each trial on fresh worker processes:
-    Accelerate keeps process-wide state (its ``PartialState`` singleton) that must not
-    outlive the trial's process group.
+    Its workers can serve another fit or trial (``engine.reuse_workers()``, a Tuner):
+    the worker reset destroys the process group, resets Accelerate's process-wide state
+    (its ``PartialState`` singleton) and restores the environment set here.
 
     Args:
         worker_env: Set in every worker process once its process group is up, before
@@ -46,6 +46,8 @@ class HuggingFaceTorchConfig(TorchConfig):
     worker_env: Dict[str, str] = field(default_factory=dict)
     files: Dict[str, str] = field(default_factory=dict)
     fsdp_on_cpu: bool = False
+
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
 
     @classmethod
     def from_torch_config(cls, config: Optional[TorchConfig], **extra: object
@@ -76,7 +78,7 @@ def forwarded_env() -> Dict[str, str]:
 
 
 def _prepare_worker(env: Dict[str, str], files: Dict[str, str], fsdp_on_cpu: bool) -> None:
-    """Runs in each worker process (never reused by another run: see the config)."""
+    """Runs in each worker process (a reused one gets its start-up environment back)."""
     os.environ.update(env)
     if files:
         folder = tempfile.mkdtemp(prefix="trainyard_hf_")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, ClassVar, Dict
 
 from engine._internal.backend import Backend, distinct_free_ports
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
@@ -59,6 +59,7 @@ class LightGBMConfig(GBDTConfig):
     """
 
     _backend = LightGBMBackend
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset frees the network
 
 
 # --- worker side -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Union
 
 from engine import constants
 from engine._internal.backend import Backend, BackendConfig
@@ -33,6 +33,8 @@ class TorchConfig(BackendConfig):
             the other ranks' imports). Defaults to the larger of ``timeout_s`` and
             300 s, so that a short collective timeout does not fail a slow start.
     """
+
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
 
     backend: Optional[str] = None
     init_method: str = "tcp"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional
 
 from engine._internal.backend import Backend
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
@@ -71,6 +71,7 @@ class XGBoostConfig(GBDTConfig):
     """
 
     _backend = XGBoostBackend
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset frees tracker and communicator
 
 
 # --- worker side -------------------------------------------------------------------------

@@ -64,3 +64,9 @@ def get_worker_params(framework: str) -> Optional[Dict[str, Any]]:
     with _params_lock:
         params = _worker_params.get(framework)
         return dict(params) if params is not None else None
+
+
+def clear_worker_params() -> None:
+    """Forget every framework's parameters (the worker serves another fit next)."""
+    with _params_lock:
+        _worker_params.clear()
