@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from engine._internal.backend import Backend, BackendConfig, distinct_free_ports
 from engine.exceptions import ConfigError
@@ -31,8 +32,9 @@ class TensorflowConfig(BackendConfig):
     """How the TensorFlow workers are set up.
 
     Every worker gets ``TF_CONFIG`` naming all workers of the group (one free port each,
-    chosen per run), so ``tf.distribute.MultiWorkerMirroredStrategy()`` created inside
-    ``train_func`` connects them.
+    chosen when the group starts; a group reused for another fit keeps them), so
+    ``tf.distribute.MultiWorkerMirroredStrategy()`` created inside ``train_func``
+    connects them.
 
     Args:
         legacy_keras: Make ``tf.keras`` Keras 2 (``tf-keras``) in the workers by setting
@@ -44,6 +46,8 @@ class TensorflowConfig(BackendConfig):
             where each rank was, and the attempt fails (retried under ``FailureConfig``).
             Set it above your longest interval between reports; None disables it.
     """
+
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
 
     legacy_keras: bool = True
     timeout_s: Optional[float] = 1800.0
@@ -89,20 +93,99 @@ def format_address(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
+# --- reuse: a worker keeps its collective server across fits ------------------------------
+# TensorFlow 2.21 starts MultiWorkerMirroredStrategy's gRPC server once per process and
+# cannot stop it; a second strategy re-enables collective ops on it, which tears down
+# its collective state under the peers' feet (measured: with a new TF_CONFIG both ranks
+# hang; with the same one a rank fails "Delete called on non-empty BufRendezvous").
+# So on a worker that serves already, the group keeps its addresses (the TF_CONFIG is
+# the same), the next strategy is told the server runs, and it draws collective keys
+# from a range no earlier fit used (its keys start at the same number in every strategy;
+# reused, they fail "Collective instance 100 expected type 1 ... but got type 0").
+_STRATEGY_MODULE = "tensorflow.python.distribute.collective_all_reduce_strategy"
+#: Collective keys of successive fits on one worker lie this far apart (a strategy uses
+#: a few group keys from its base; instance keys count per group key).
+COLLECTIVE_KEY_STEP = 10_000
+_given_cluster: Optional[List[str]] = None  # the workers of the TF_CONFIG set last
+# TensorFlow fits set up in this process: the same on every worker of a group, which
+# started together and ran the same fits, so the key bases derived from it agree.
+_fits = 0
+
+
+def _collective_server_def() -> Any:
+    """This process's collective server's ServerDef, or None when none was started
+    (``EagerContext._collective_ops_server_def``, a private field of TF 2.21)."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if context is None:
+        return None
+    return getattr(context.context(), "_collective_ops_server_def", None)
+
+
+def _server_cluster(server_def: Any) -> List[str]:
+    for job in server_def.cluster.job:
+        if job.name == server_def.job_name:
+            return [job.tasks[i] for i in sorted(job.tasks)]
+    return []
+
+
+def _listen_address() -> Tuple[str, int]:
+    """Runs on each worker: where it serves (its running collective server's address),
+    else its node's address and a port free now."""
+    server_def = _collective_server_def()
+    if server_def is None:
+        from engine._internal.worker import _node_ip, draw_free_port
+
+        return _node_ip(), draw_free_port()
+    host, port = _server_cluster(server_def)[server_def.task_index].rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
 def _set_tf_config(tf_config: Dict[str, Any]) -> None:
-    """Runs on each worker, before ``train_func``: the strategy reads it when created."""
+    """Runs on each worker, before ``train_func``: the strategy reads it when created.
+    On a worker whose collective server runs, the next strategy is set to use it."""
+    global _given_cluster, _fits
     os.environ[TF_CONFIG_ENV_VAR] = json.dumps(tf_config)
+    _given_cluster = list(tf_config["cluster"]["worker"])
+    _fits += 1
+    server_def = _collective_server_def()
+    if server_def is None:
+        return
+    if _server_cluster(server_def) != _given_cluster:
+        raise RuntimeError(
+            f"This worker's TensorFlow collective server serves {_server_cluster(server_def)}"
+            f", not this run's workers {_given_cluster}, and cannot be set up again in this "
+            "process. Run the fit outside engine.reuse_workers() (or reuse_actors=False).")
+    module = sys.modules[_STRATEGY_MODULE]
+    module.CollectiveAllReduceExtended._std_server_started = True
+    context = sys.modules["tensorflow.python.eager.context"].context()
+    # What the first strategy decided: with the coordination service, no health checks.
+    module.CollectiveAllReduceExtended._enable_check_health = (
+        context.coordination_service is None)
+    for cls in (module.CollectiveAllReduceStrategy, module.CollectiveAllReduceStrategyV1):
+        cls._collective_key_base = _fits * COLLECTIVE_KEY_STEP
+
+
+def reuse_problem() -> Optional[str]:
+    """Runs on a worker before it serves another fit (``engine._internal.worker_reset``):
+    why it cannot, or None. It can unless a collective server runs for other workers
+    than the engine's TF_CONFIG named (a strategy given its own cluster resolver)."""
+    server_def = _collective_server_def()
+    if server_def is None or _server_cluster(server_def) == _given_cluster:
+        return None
+    return ("its TensorFlow collective server serves another cluster than the engine's "
+            "TF_CONFIG named, and cannot be stopped in-process")
 
 
 class TensorflowBackend(Backend):
     def on_start(self, worker_group: "WorkerGroup", backend_config: TensorflowConfig) -> None:
         import ray
 
-        # One port per worker, drawn on the worker's own node.
-        found = distinct_free_ports(worker_group, "TensorFlow")
+        # One port per worker, drawn on the worker's own node; a worker whose collective
+        # server runs (a reused one) keeps its port, so its TF_CONFIG is the same.
+        found = distinct_free_ports(worker_group, "TensorFlow", draw=_listen_address)
         addresses = [format_address(ip, port) for ip, port in found]
         ray.get([actor.execute.remote(_set_tf_config, build_tf_config(addresses, rank))
                  for rank, actor in enumerate(worker_group.actors)])
 
-    # No on_shutdown: TensorFlow cannot stop its collective gRPC server in-process; the
-    # worker processes are stopped after every run (and never reused by a Tuner).
+    # No on_shutdown: TensorFlow cannot stop its collective gRPC server in-process. A
+    # worker kept for another fit keeps it (see above); the others are stopped.
