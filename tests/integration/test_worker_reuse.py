@@ -1,10 +1,20 @@
 """``engine.reuse_workers()``: inside the block a fit starts on the workers a tune (or an
-earlier fit) finished with, torch's process group set up afresh on them; other idle
-groups are stopped when a fit takes one, and all of them when the block ends."""
+earlier fit) finished with, the framework's collective set up afresh on them (torch,
+TensorFlow, Horovod, XGBoost, LightGBM, scikit-learn, Accelerate) and nothing of the
+fit before left in the process; other idle groups are stopped when a fit takes one, and
+all of them when the block ends.
+
+The per-framework checks share one module fixture each (two fits in one block), since a
+worker's framework import is what they cost (TensorFlow's is about 7 CPU-s a worker);
+those fixtures join the session's Ray directly (``ray_session``, which is what
+``ray_start_4_cpus`` returns), as a module fixture cannot take a per-test one.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import time
 
 import psutil
@@ -159,3 +169,310 @@ def test_blocks_nest_and_only_the_outermost_stops_the_workers(ray_start_4_cpus, 
         assert psutil.pid_exists(first)
         assert fit().metrics["pid"] == first
     assert _gone({first})
+
+
+# --- nothing of one fit reaches the next ---------------------------------------------------
+PROBE_ENV_VAR = "TRAINYARD_REUSE_PROBE"
+PROBE_MODULE = "tests.worker_reuse_probe"
+
+
+def _leave_state_behind(config):
+    """Reports what this process looks like, then (first fit) changes all of it."""
+    import random
+
+    import numpy as np
+    import torch
+
+    loaded = PROBE_MODULE in sys.modules
+    from tests import worker_reuse_probe as probe
+
+    seen = {"probe_loaded": loaded, "probe": probe.VALUE, "env": os.environ.get(PROBE_ENV_VAR),
+            "cwd": os.getcwd(), "seed": torch.initial_seed(),
+            "dtype": str(torch.get_default_dtype()),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "threads": torch.get_num_threads(), "random": random.random(),
+            "numpy": float(np.random.random())}
+    if config["first"]:
+        os.environ[PROBE_ENV_VAR] = "left by the first fit"
+        os.makedirs(config["chdir"], exist_ok=True)
+        os.chdir(config["chdir"])
+        probe.VALUE = "changed by the first fit"
+        torch.manual_seed(123)
+        torch.set_default_dtype(torch.float64)
+        torch.use_deterministic_algorithms(True)
+        torch.set_num_threads(torch.get_num_threads() + 1)
+        random.seed(7)
+        np.random.seed(7)
+    engine.report(seen)
+
+
+def test_the_next_fit_on_the_same_workers_sees_nothing_of_the_last(ray_start_4_cpus,
+                                                                    storage_path, tmp_path):
+    def fit(first):
+        return DataParallelTrainer(
+            _leave_state_behind, train_loop_config={"first": first,
+                                                    "chdir": str(tmp_path / "elsewhere")},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=storage_path, verbose=0)).fit()
+
+    with engine.reuse_workers():
+        first, second = fit(True), fit(False)
+    assert _all_pids(first) == _all_pids(second) and len(_all_pids(first)) == 2
+    import random
+
+    import numpy as np
+
+    for rank in (0, 1):
+        before, after = _rank_metrics(first, rank), _rank_metrics(second, rank)
+        assert after["env"] is None
+        assert after["cwd"] != str(tmp_path / "elsewhere")
+        assert after["probe_loaded"] is False and after["probe"] == "as imported"
+        assert after["seed"] != 123 and after["seed"] != before["seed"]
+        assert after["dtype"] == "torch.float32" and after["deterministic"] is False
+        assert after["threads"] == before["threads"]
+        assert after["random"] != random.Random(7).random()
+        assert after["numpy"] != np.random.RandomState(7).random()
+
+
+# --- every framework: two fits in one block, on the same processes, both training -------
+def _all_pids(result):
+    return set(result.worker_metrics_dataframe["pid"])
+
+
+def _rank_metrics(result, rank):
+    rows = result.worker_metrics_dataframe
+    return rows[rows["rank"] == rank].iloc[-1].to_dict()
+
+
+def _two_fits(make_trainer):
+    with engine.reuse_workers():
+        first = make_trainer("first").fit()
+        second = make_trainer("second").fit()
+    return first, second
+
+
+def _digest(values) -> str:
+    import numpy as np
+
+    return hashlib.sha256(np.round(np.asarray(values, dtype=np.float64), 6).tobytes()
+                          ).hexdigest()
+
+
+def _assert_same_workers_both_trained(fits, key):
+    """Both fits ran on the same two processes and every rank ended with the same
+    model (what only a working collective gives ranks that hold different data)."""
+    first, second = fits
+    assert first.error is None and second.error is None
+    assert _all_pids(first) == _all_pids(second) and len(_all_pids(first)) == 2
+    for result in fits:
+        assert result.worker_metrics_dataframe.groupby("rank")[key].last().nunique() == 1
+
+
+def _rank_data(rank, rows=200):
+    import numpy as np
+
+    x = np.random.default_rng(rank).random((rows, 4))
+    return x, (x[:, 0] + x[:, 1] > 1.0).astype(np.float64)
+
+
+def _tf_fit(config):
+    import numpy as np
+    import tensorflow as tf
+
+    rank = engine.get_context().get_world_rank()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
+    x, y = _rank_data(rank, rows=64)
+    history = model.fit(x.astype(np.float32), y.astype(np.float32), epochs=2,
+                        batch_size=16, verbose=0)
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                            strategy.run(lambda: tf.constant(float(rank + 1))), axis=None)
+    engine.report({"sum": float(total), "loss": float(history.history["loss"][-1]),
+                   "weights": _digest(np.concatenate([w.ravel() for w in model.get_weights()])),
+                   "tf_config": os.environ["TF_CONFIG"]})
+
+
+@pytest.fixture(scope="module")
+def tf_fits(ray_session, tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    from engine.tensorflow import TensorflowTrainer
+
+    storage = str(tmp_path_factory.mktemp("tf_reuse"))
+    return _two_fits(lambda name: TensorflowTrainer(
+        _tf_fit, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
+def test_tensorflow_mwms_trains_twice_on_the_same_workers(tf_fits):
+    _assert_same_workers_both_trained(tf_fits, "weights")
+    for result in tf_fits:
+        assert result.metrics["sum"] == 3.0
+    # The collective server cannot be set up again in a process: the group kept its ports.
+    first, second = tf_fits
+    assert first.metrics["tf_config"] == second.metrics["tf_config"]
+
+
+def _hvd_fit(config):
+    import horovod.torch as hvd
+    import torch
+
+    left_over = hvd.is_initialized()  # no hvd.shutdown() here: the reset must do it
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+    x, y = (torch.from_numpy(a).float() for a in _rank_data(hvd.rank()))
+    for _ in range(3):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
+        optimizer.step()
+    engine.report({"sum": float(total.item()), "size": hvd.size(), "left_over": left_over,
+                   "weights": _digest(torch.cat([p.detach().ravel()
+                                                 for p in model.parameters()]))})
+
+
+@pytest.fixture(scope="module")
+def horovod_fits(ray_session, tmp_path_factory):
+    from engine.horovod.config import INSTALL_COMMAND, horovod_installed
+
+    if not horovod_installed():
+        pytest.skip(f"horovod is not installed: run `{INSTALL_COMMAND}`")
+    from engine.horovod import HorovodTrainer
+
+    storage = str(tmp_path_factory.mktemp("hvd_reuse"))
+    return _two_fits(lambda name: HorovodTrainer(
+        _hvd_fit, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
+def test_horovod_is_shut_down_and_set_up_again_on_the_same_workers(horovod_fits):
+    _assert_same_workers_both_trained(horovod_fits, "weights")
+    for result in horovod_fits:
+        assert result.metrics["sum"] == 3.0 and result.metrics["size"] == 2
+    assert not any(_rank_metrics(horovod_fits[1], r)["left_over"] for r in (0, 1))
+
+
+def _xgb_fit(config):
+    import numpy as np
+    import xgboost
+    from xgboost import collective
+
+    rank = collective.get_rank()
+    x, y = _rank_data(rank)
+    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 2, "nthread": 1},
+                            xgboost.DMatrix(x, label=y), num_boost_round=3)
+    total = collective.allreduce(np.array([rank + 1.0]), collective.Op.SUM)
+    grid = np.linspace(0, 1, 40).reshape(10, 4)
+    engine.report({"sum": float(total[0]), "world": collective.get_world_size(),
+                   "model": _digest(booster.predict(xgboost.DMatrix(grid)))})
+
+
+@pytest.fixture(scope="module")
+def xgboost_fits(ray_session, tmp_path_factory):
+    pytest.importorskip("xgboost")
+    from engine.xgboost import XGBoostTrainer
+
+    storage = str(tmp_path_factory.mktemp("xgb_reuse"))
+    return _two_fits(lambda name: XGBoostTrainer(
+        _xgb_fit, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
+def test_xgboost_allreduces_in_a_new_collective_on_the_same_workers(xgboost_fits):
+    _assert_same_workers_both_trained(xgboost_fits, "model")
+    for result in xgboost_fits:
+        assert result.metrics["sum"] == 3.0 and result.metrics["world"] == 2
+
+
+def _lgb_fit(config):
+    import lightgbm
+    import numpy as np
+
+    from engine.lightgbm import get_network_params
+
+    x, y = _rank_data(engine.get_context().get_world_rank())
+    params = dict(objective="binary", num_threads=1, verbose=-1, min_data_in_leaf=5,
+                  **get_network_params())
+    booster = lightgbm.train(params, lightgbm.Dataset(x, label=y), num_boost_round=3)
+    engine.report({"machines": params["num_machines"],
+                   "model": _digest(booster.predict(np.linspace(0, 1, 40).reshape(10, 4)))})
+
+
+@pytest.fixture(scope="module")
+def lightgbm_fits(ray_session, tmp_path_factory):
+    pytest.importorskip("lightgbm")
+    from engine.lightgbm import LightGBMTrainer
+
+    storage = str(tmp_path_factory.mktemp("lgb_reuse"))
+    return _two_fits(lambda name: LightGBMTrainer(
+        _lgb_fit, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
+def test_lightgbm_joins_a_new_network_on_the_same_workers(lightgbm_fits):
+    _assert_same_workers_both_trained(lightgbm_fits, "model")
+    assert all(result.metrics["machines"] == 2 for result in lightgbm_fits)
+
+
+@pytest.fixture(scope="module")
+def accelerate_fits(ray_session, tmp_path_factory):
+    pytest.importorskip("accelerate")
+    from engine.huggingface import AccelerateTrainer
+
+    storage = str(tmp_path_factory.mktemp("accelerate_reuse"))
+    return _two_fits(lambda name: AccelerateTrainer(
+        _accelerate_fit, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
+def _accelerate_fit(config):
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import PartialState
+
+    left_over = bool(PartialState._shared_state)  # the last fit's state, if not reset
+    accelerator = Accelerator()
+    total = accelerator.reduce(torch.tensor([float(accelerator.process_index + 1)]),
+                               reduction="sum")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    x, y = (torch.from_numpy(a).float() for a in _rank_data(accelerator.process_index))
+    for _ in range(3):
+        optimizer.zero_grad()
+        accelerator.backward(torch.nn.functional.mse_loss(model(x).squeeze(1), y))
+        optimizer.step()
+    engine.report({"sum": float(total.item()), "processes": accelerator.num_processes,
+                   "left_over": left_over,
+                   "weights": _digest(torch.cat([p.detach().ravel()
+                                                 for p in model.parameters()]))})
+
+
+def test_accelerate_sets_up_its_state_again_on_the_same_workers(accelerate_fits):
+    _assert_same_workers_both_trained(accelerate_fits, "weights")
+    for result in accelerate_fits:
+        assert result.metrics["sum"] == 3.0 and result.metrics["processes"] == 2
+    assert not any(_rank_metrics(accelerate_fits[1], r)["left_over"] for r in (0, 1))
+
+
+def test_sklearn_fits_twice_on_the_same_worker(ray_start_4_cpus, storage_path):
+    pytest.importorskip("sklearn")
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+
+    from engine.sklearn import SklearnTrainer
+
+    x, y = _rank_data(0)
+    frame = pd.DataFrame(x, columns=["a", "b", "c", "d"]).assign(label=y)
+    fits = _two_fits(lambda name: SklearnTrainer(
+        estimator=LogisticRegression(), datasets={"train": frame, "validation": frame},
+        label_column="label", run_config=RunConfig(name=name, storage_path=storage_path,
+                                                   verbose=0)))
+    assert _all_pids(fits[0]) == _all_pids(fits[1]) and len(_all_pids(fits[0])) == 1
+    assert all(result.metrics["validation"]["test_score"] > 0.8 for result in fits)
