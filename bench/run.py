@@ -36,7 +36,7 @@ from bench.core import (REGISTRY, REPO, Context, RssSampler, Workload, count_ray
 NOT_WORKLOADS = {"__init__", "core", "run", "ddp_loop",
                  "ray_job_overhead"}  # standalone: needs a cluster with a job server
 FIRST = ["empty_fit", "report_latency", "ddp", "ingest", "checkpoint_save", "recovery",
-         "tuner", "batch_predict"]
+         "tuner", "worker_reuse", "batch_predict"]
 
 
 def _workload_modules() -> List[str]:
