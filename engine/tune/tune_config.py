@@ -27,9 +27,11 @@ class TuneConfig:
         time_budget_s: Stop every trial and start no new one after this many seconds.
         seed: Seed of the random sampling (searcher and PBT), for reproducible configs.
         reuse_actors: Run a new trial on a finished trial's worker processes when the
-            resources match (a torch process group is destroyed in between). Default:
-            True for functions, plain and torch trainers; trainers of other frameworks
-            always start new workers.
+            resources match (each worker is reset in between: the framework's
+            collective torn down, its environment and the user's modules restored; see
+            ``engine.reuse_workers``). Default: True for functions and every trainer
+            but RLlib's (and a user's own ``BackendConfig`` subclass), which always
+            start new workers.
         trial_name_creator: ``f(trial) -> str`` naming trials (default
             ``<trainable>_<trial_id>``).
         trial_dirname_creator: ``f(trial) -> str`` naming trial directories (default:
