@@ -25,6 +25,9 @@ trainer = RLTrainer(
         "num_epochs": 6,
         "vf_loss_coeff": 0.01,
         "seed": 0,
+        # RLlib drops the episodes of an env runner that takes over 60 s to sample; on a
+        # busy machine, wait for them instead.
+        "sample_timeout_s": 600.0,
     },
     scaling_config=ScalingConfig(num_workers=2),
     stop={"env_runners/episode_return_mean": 150, "training_iteration": 15},
