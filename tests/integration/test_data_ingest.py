@@ -18,6 +18,11 @@ from engine import DataConfig, RunConfig, ScalingConfig, TrainingFailedError, se
 from engine.callbacks import Callback
 from engine.trainer import DataParallelTrainer
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -20,6 +20,11 @@ from pipelines import digits
 torch = pytest.importorskip("torch")
 from engine.torch import TorchCheckpoint, TorchPredictor, TorchTrainer  # noqa: E402
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 
 class RecordingTorchPredictor(TorchPredictor):
     """A TorchPredictor that leaves one file per model load (pid in the name) in

@@ -23,6 +23,11 @@ from engine.torch import TorchTrainer
 from tests.conftest import FAKE_AWS_SECRET
 from tests.ray_logs import ray_log_text
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 SCORES = [0.1, 0.9, 0.3, 0.8, 0.2, 0.5]
 MARKER = constants.COMMIT_MARKER
 

@@ -15,6 +15,11 @@ from engine.exceptions import ConfigError, StorageError
 from tasks import core
 from tasks.refs import CheckpointRef, DatasetRef
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 
 def _frame(ref: DatasetRef) -> pd.DataFrame:
     files = sorted(f for f in os.listdir(ref.uri) if f.endswith(".parquet"))

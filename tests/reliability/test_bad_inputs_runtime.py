@@ -16,6 +16,11 @@ from engine import (Checkpoint, CheckpointConfig, RunConfig, ScalingConfig,
 from engine.exceptions import CheckpointError, FrameworkMismatchError, StorageError
 from engine.torch import TorchPredictor, TorchTrainer
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 
 def _fit(train_func, storage_path, name=None, **kwargs):
     run = RunConfig(storage_path=storage_path, name=name, verbose=0,
