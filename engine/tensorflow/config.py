@@ -103,6 +103,9 @@ def format_address(ip: str, port: int) -> str:
 # from a range no earlier fit used (its keys start at the same number in every strategy;
 # reused, they fail "Collective instance 100 expected type 1 ... but got type 0").
 _STRATEGY_MODULE = "tensorflow.python.distribute.collective_all_reduce_strategy"
+#: The TensorFlow minor version those private fields were checked against; a worker of
+#: another version that started a collective server is stopped instead of reused.
+REUSE_CHECKED_TF = "2.21"
 #: Collective keys of successive fits on one worker lie this far apart (a strategy uses
 #: a few group keys from its base; instance keys count per group key).
 COLLECTIVE_KEY_STEP = 10_000
@@ -168,12 +171,19 @@ def _set_tf_config(tf_config: Dict[str, Any]) -> None:
 def reuse_problem() -> Optional[str]:
     """Runs on a worker before it serves another fit (``engine._internal.worker_reset``):
     why it cannot, or None. It can unless a collective server runs for other workers
-    than the engine's TF_CONFIG named (a strategy given its own cluster resolver)."""
+    than the engine's TF_CONFIG named (a strategy given its own cluster resolver), or
+    under a TensorFlow version the reuse was not checked against."""
     server_def = _collective_server_def()
-    if server_def is None or _server_cluster(server_def) == _given_cluster:
+    if server_def is None:
         return None
-    return ("its TensorFlow collective server serves another cluster than the engine's "
-            "TF_CONFIG named, and cannot be stopped in-process")
+    version = getattr(sys.modules.get("tensorflow"), "__version__", "")
+    if not version.startswith(REUSE_CHECKED_TF + "."):
+        return (f"it runs TensorFlow {version}'s collective server, whose reuse was "
+                f"written for TensorFlow {REUSE_CHECKED_TF} (private fields, see above)")
+    if _server_cluster(server_def) != _given_cluster:
+        return ("its TensorFlow collective server serves another cluster than the "
+                "engine's TF_CONFIG named, and cannot be stopped in-process")
+    return None
 
 
 class TensorflowBackend(Backend):
