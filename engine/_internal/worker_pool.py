@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from engine._internal.backend import BackendConfig
+from engine._internal import timeline
 from engine._internal.worker_group import WorkerGroup
 from engine.config import ScalingConfig
 
@@ -131,6 +131,10 @@ class _PooledWorkerGroup(WorkerGroup):
             self.actors, self.meta = idle.actors, idle.meta
             self.placement_group = idle.placement_group
             self._pool.reused += 1
+            # The run record's timeline has the same steps either way (Ray is up and
+            # the workers are ready), a reused group's only a moment apart.
+            timeline.mark("ray_started")
+            timeline.mark("workers_started")
             return
         if idle is not None:
             idle.shutdown()

@@ -19,6 +19,11 @@ from engine.exceptions import ConfigError, FrameworkMismatchError
 from engine.huggingface import HuggingFaceTrainer, TransformersPredictor, TransformersTrainer
 from tests import hf_fixtures
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 N_TRAIN, N_VAL, EPOCHS, BATCH = 2000, 400, 3, 32
 # Each worker trains on its half of the split DataFrame: the Trainer must not halve it again.
 STEPS_PER_EPOCH = math.ceil(N_TRAIN // 2 / BATCH)
@@ -167,7 +172,7 @@ def test_driver_side_arguments(text_set):
     assert trainable.train_loop_config({"trainer_init_config": {"lr": 0.1}}) == \
         {"epochs": 1, "lr": 0.1}
     assert trainable.train_loop_config({"train_loop_config": {"epochs": 2}}) == {"epochs": 2}
-    assert not trainable.reusable  # Accelerate's process state must not outlive a trial
+    assert trainable.reusable  # Accelerate's process state is reset between trials
 
 
 def test_importing_engine_huggingface_imports_neither_transformers_nor_accelerate():
