@@ -271,6 +271,14 @@ def pooled_workers(ray_session):
 
 
 @pytest.fixture
+def fresh_workers(pooled_workers):
+    """In a pooled module, a test about faults (a SIGKILLed worker) starts on fresh
+    processes: the pool's idle workers are stopped first."""
+    pooled_workers.evict_all()
+    return pooled_workers
+
+
+@pytest.fixture
 def storage_path(tmp_path) -> str:
     path = tmp_path / "results"
     path.mkdir()

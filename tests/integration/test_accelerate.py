@@ -18,6 +18,11 @@ from engine.exceptions import ConfigError
 from engine.huggingface import AccelerateTrainer
 from pipelines import digits
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 
 def accelerate_digits(config):
     """The user's loop: plain PyTorch made distributed by ``Accelerator.prepare``."""

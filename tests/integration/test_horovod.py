@@ -20,6 +20,12 @@ from engine.horovod.config import INSTALL_COMMAND, horovod_installed, plan_slots
 from pipelines import digits
 from tests.fakes import KillWorkerOnce
 
+# The module's fits check what training produced: they run on warm pooled workers
+# (tests/README.md, "How a new test pays for itself"); the fault tests ask for
+# fresh_workers.
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 needs_horovod = pytest.mark.skipif(
     not horovod_installed(),
     reason=f"horovod is not installed: run `{INSTALL_COMMAND}` (make test does it)")
@@ -150,7 +156,7 @@ def test_digits_mlp_distributed_optimizer(ray_start_4_cpus, storage_path):
 
 
 @needs_horovod
-def test_worker_sigkill_is_recovered_from_checkpoint(ray_start_4_cpus, storage_path):
+def test_worker_sigkill_is_recovered_from_checkpoint(fresh_workers, storage_path):
     killer = KillWorkerOnce(rank=1, at_iteration=2)
     config = dict(DIGITS, epoch_delay_s=1.0)
     result = HorovodTrainer(

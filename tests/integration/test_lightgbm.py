@@ -12,6 +12,11 @@ lightgbm = pytest.importorskip("lightgbm")
 
 from engine.lightgbm import LightGBMPredictor, LightGBMTrainer  # noqa: E402
 
+# The module's fits check what training produced, not how workers start: they run on
+# warm pooled workers (tests/README.md, "How a new test pays for itself").
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 PARAMS = {"objective": "binary", "metric": ["binary_logloss", "binary_error"],
           "num_leaves": 15, "verbose": -1}
 

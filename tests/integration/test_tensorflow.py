@@ -17,9 +17,12 @@ import pytest
 
 from engine import DataConfig, RunConfig, ScalingConfig
 
-pytestmark = pytest.mark.skipif(
+# The fits run on warm pooled workers (tests/README.md, "How a new test pays for
+# itself"): a TensorFlow worker's import alone is about 7 CPU-s.
+pytestmark = [pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras")
-    is None, reason="needs TensorFlow and tf-keras: pip install 'trainyard[tensorflow]'")
+    is None, reason="needs TensorFlow and tf-keras: pip install 'trainyard[tensorflow]'"),
+    pytest.mark.usefixtures("pooled_workers")]
 
 
 @pytest.fixture(scope="module")

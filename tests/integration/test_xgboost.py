@@ -20,6 +20,12 @@ xgboost = pytest.importorskip("xgboost")
 from engine.predict import evaluate  # noqa: E402
 from engine.xgboost import XGBoostPredictor, XGBoostTrainer  # noqa: E402
 
+# The module's fits check what training produced: they run on warm pooled workers
+# (tests/README.md, "How a new test pays for itself"); the fault tests ask for
+# fresh_workers.
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
+
 PARAMS = {"objective": "binary:logistic", "eval_metric": ["logloss", "error"],
           "tree_method": "hist", "max_depth": 4}
 
@@ -158,7 +164,7 @@ class KillRankAfter(Callback):
 # Rank 0 also runs the attempt's collective tracker: killing it takes the tracker down
 # with it, and the next attempt's rank 0 starts a new one.
 @pytest.mark.parametrize("rank", [1, 0], ids=["rank1", "rank0_with_the_tracker"])
-def test_sigkilled_worker_resumes_from_last_checkpoint(ray_start_4_cpus, tmp_path, rank):
+def test_sigkilled_worker_resumes_from_last_checkpoint(fresh_workers, tmp_path, rank):
     train, valid = synthetic(4_000, 1_000)
     killer = KillRankAfter(rank, after=10)
     result = XGBoostTrainer(
