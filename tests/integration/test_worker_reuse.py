@@ -172,7 +172,7 @@ def test_blocks_nest_and_only_the_outermost_stops_the_workers(ray_start_4_cpus, 
 
 
 # --- nothing of one fit reaches the next ---------------------------------------------------
-PROBE_ENV_VAR = "TRAINYARD_REUSE_PROBE"
+PROBE_ENV_VAR = "WORKER_REUSE_TEST_PROBE"  # not a TRAINYARD_ setting: the test's own
 PROBE_MODULE = "tests.worker_reuse_probe"
 
 

@@ -503,6 +503,11 @@ def test_the_deferred_monitor_is_reniced_never_lower_and_a_gone_one_is_left_alon
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     try:
+        # `nice` sets its niceness after it started: renicing before that raced it
+        # (CI: 10 read back, as `nice` had not yet raised it when it was checked).
+        deadline = time.monotonic() + 30
+        while os.getpriority(os.PRIO_PROCESS, nicer.pid) != 19 and time.monotonic() < deadline:
+            time.sleep(0.01)
         ray_utils._lower_priority([plain.pid, nicer.pid, gone.pid], 10)
         assert os.getpriority(os.PRIO_PROCESS, plain.pid) == max(10, os.nice(0))
         assert os.getpriority(os.PRIO_PROCESS, nicer.pid) == 19

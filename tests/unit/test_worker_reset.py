@@ -26,11 +26,11 @@ def test_env_cwd_and_user_modules_are_restored(snapshot_now, tmp_path, monkeypat
     import fit_module_probe  # noqa: F401 - a user's module the fit imports
 
     import json.tool  # noqa: F401 - the standard library stays loaded
-    os.environ["TRAINYARD_RESET_PROBE"] = "set by the fit"
+    os.environ["WORKER_RESET_TEST_PROBE"] = "set by the fit"
     os.chdir(tmp_path)
 
     assert worker_reset.reset_process() is None
-    assert "TRAINYARD_RESET_PROBE" not in os.environ
+    assert "WORKER_RESET_TEST_PROBE" not in os.environ
     assert os.getcwd() == start
     assert "fit_module_probe" not in sys.modules
     assert "json.tool" in sys.modules
