@@ -251,6 +251,13 @@ def _two_fits(make_trainer):
     return first, second
 
 
+def _two_loop_fits(trainer_cls, train_func, storage: str):
+    """Two 2-worker fits of ``train_func`` with ``trainer_cls`` in one reuse block."""
+    return _two_fits(lambda name: trainer_cls(
+        train_func, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+
+
 def _digest(values) -> str:
     import numpy as np
 
@@ -299,10 +306,8 @@ def tf_fits(ray_session, tmp_path_factory):
     pytest.importorskip("tensorflow")
     from engine.tensorflow import TensorflowTrainer
 
-    storage = str(tmp_path_factory.mktemp("tf_reuse"))
-    return _two_fits(lambda name: TensorflowTrainer(
-        _tf_fit, scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+    return _two_loop_fits(TensorflowTrainer, _tf_fit,
+                          str(tmp_path_factory.mktemp("tf_reuse")))
 
 
 def test_tensorflow_mwms_trains_twice_on_the_same_workers(tf_fits):
@@ -344,10 +349,8 @@ def horovod_fits(ray_session, tmp_path_factory):
         pytest.skip(f"horovod is not installed: run `{INSTALL_COMMAND}`")
     from engine.horovod import HorovodTrainer
 
-    storage = str(tmp_path_factory.mktemp("hvd_reuse"))
-    return _two_fits(lambda name: HorovodTrainer(
-        _hvd_fit, scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+    return _two_loop_fits(HorovodTrainer, _hvd_fit,
+                          str(tmp_path_factory.mktemp("hvd_reuse")))
 
 
 def test_horovod_is_shut_down_and_set_up_again_on_the_same_workers(horovod_fits):
@@ -377,10 +380,8 @@ def xgboost_fits(ray_session, tmp_path_factory):
     pytest.importorskip("xgboost")
     from engine.xgboost import XGBoostTrainer
 
-    storage = str(tmp_path_factory.mktemp("xgb_reuse"))
-    return _two_fits(lambda name: XGBoostTrainer(
-        _xgb_fit, scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+    return _two_loop_fits(XGBoostTrainer, _xgb_fit,
+                          str(tmp_path_factory.mktemp("xgb_reuse")))
 
 
 def test_xgboost_allreduces_in_a_new_collective_on_the_same_workers(xgboost_fits):
@@ -408,10 +409,8 @@ def lightgbm_fits(ray_session, tmp_path_factory):
     pytest.importorskip("lightgbm")
     from engine.lightgbm import LightGBMTrainer
 
-    storage = str(tmp_path_factory.mktemp("lgb_reuse"))
-    return _two_fits(lambda name: LightGBMTrainer(
-        _lgb_fit, scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+    return _two_loop_fits(LightGBMTrainer, _lgb_fit,
+                          str(tmp_path_factory.mktemp("lgb_reuse")))
 
 
 def test_lightgbm_joins_a_new_network_on_the_same_workers(lightgbm_fits):
@@ -424,10 +423,8 @@ def accelerate_fits(ray_session, tmp_path_factory):
     pytest.importorskip("accelerate")
     from engine.huggingface import AccelerateTrainer
 
-    storage = str(tmp_path_factory.mktemp("accelerate_reuse"))
-    return _two_fits(lambda name: AccelerateTrainer(
-        _accelerate_fit, scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
+    return _two_loop_fits(AccelerateTrainer, _accelerate_fit,
+                          str(tmp_path_factory.mktemp("accelerate_reuse")))
 
 
 def _accelerate_fit(config):
