@@ -140,7 +140,12 @@ def _in_dir(path: str) -> Iterator[None]:
 class TrainWorker:
     """One training process. Wrapped with ``ray.remote`` by the worker group."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Optional[Dict[str, str]] = None) -> None:
+        # The group's environment (TensorFlow's log level, legacy Keras), set before
+        # anything of the user's is unpickled here, so before a framework is imported.
+        # Not a runtime_env: a worker with one cannot be a prestarted process, and Ray
+        # starts it through setup_worker.py, which imports Ray once more (~0.5 CPU-s).
+        os.environ.update({k: str(v) for k, v in (env or {}).items()})
         worker_reset.snapshot()  # what reset() brings a reused process back to
         self._session: Optional[_session.TrainSession] = None
         self._thread: Optional[threading.Thread] = None

@@ -110,7 +110,6 @@ class WorkerGroup:
             )
         res = self.scaling.worker_resources
         remote_cls = ray.remote(TrainWorker)
-        runtime_env = {"env_vars": self.env} if self.env else None
         for i in range(self.scaling.num_workers):
             opts: Dict[str, Any] = dict(
                 num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0),
@@ -120,9 +119,7 @@ class WorkerGroup:
                     placement_group_capture_child_tasks=True if child_bundles else None),
                 max_concurrency=4, max_restarts=0,
             )
-            if runtime_env:
-                opts["runtime_env"] = runtime_env
-            self.actors.append(remote_cls.options(**opts).remote())
+            self.actors.append(remote_cls.options(**opts).remote(self.env or None))
         try:
             infos = ray.get([a.node_info.remote() for a in self.actors])
         except Exception as exc:

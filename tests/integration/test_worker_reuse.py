@@ -298,7 +298,8 @@ def _tf_fit(config):
                             strategy.run(lambda: tf.constant(float(rank + 1))), axis=None)
     engine.report({"sum": float(total), "loss": float(history.history["loss"][-1]),
                    "weights": _digest(np.concatenate([w.ravel() for w in model.get_weights()])),
-                   "tf_config": os.environ["TF_CONFIG"]})
+                   "tf_config": os.environ["TF_CONFIG"],
+                   "log_level": os.environ.get("TF_CPP_MIN_LOG_LEVEL")})
 
 
 @pytest.fixture(scope="module")
@@ -306,14 +307,26 @@ def tf_fits(ray_session, tmp_path_factory):
     pytest.importorskip("tensorflow")
     from engine.tensorflow import TensorflowTrainer
 
-    return _two_loop_fits(TensorflowTrainer, _tf_fit,
-                          str(tmp_path_factory.mktemp("tf_reuse")))
+    # The driver's own TensorFlow log level reaches the workers (the trainer's worker
+    # environment, set in each actor before TensorFlow loads): a value neither the
+    # trainer's default (2) nor what the session's Ray started with.
+    saved = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    try:
+        return _two_loop_fits(TensorflowTrainer, _tf_fit,
+                              str(tmp_path_factory.mktemp("tf_reuse")))
+    finally:
+        if saved is None:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        else:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved
 
 
 def test_tensorflow_mwms_trains_twice_on_the_same_workers(tf_fits):
     _assert_same_workers_both_trained(tf_fits, "weights")
     for result in tf_fits:
         assert result.metrics["sum"] == 3.0
+        assert set(result.worker_metrics_dataframe["log_level"]) == {"1"}
     # The collective server cannot be set up again in a process: the group kept its ports.
     first, second = tf_fits
     assert first.metrics["tf_config"] == second.metrics["tf_config"]
