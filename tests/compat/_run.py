@@ -1,8 +1,9 @@
-"""Runs a Ray-style compat script as a user would: its own process, joining the Ray of
-the test process that runs it through ``RAY_ADDRESS`` (as a script on a cluster does),
-except the scripts in ``OWN_RAY``, which are about how a script's own local Ray starts.
-A local start costs 6-8 CPU-s of Ray's daemons and prestarted workers before any work;
-joining costs one driver's connection."""
+"""Runs a Ray-style compat script as ``python SCRIPT`` would, in the test process
+(tests/script_runner.py): on the session's Ray and the module's warm workers
+(``pooled_workers``), where a process of its own would pay its interpreter, its imports
+and its job's fresh workers first. The scripts in ``OWN_RAY`` are about how a script's
+own local Ray starts, and run in their own process with none running; a script's own
+process joining a running Ray is covered by tests/integration/test_examples.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import List
 
 import pytest
 
+from tests.script_runner import last_line, run_in_process
 from tests.subprocess_env import REPO, driver_env
 
 HERE = Path(__file__).resolve().parent
@@ -32,14 +34,18 @@ def scripts(tune: bool) -> List[Path]:
     return [p for p in SCRIPTS if (p.name in TUNE_SCRIPTS) == tune]
 
 
-def run_script(script: Path, tmp_path: Path, ray_address: str) -> None:
-    """Run ``script`` on the Ray at ``ray_address`` (its own local Ray when it is in
-    ``OWN_RAY``); fail with its output unless it exits 0 with ``OK`` last."""
-    env = driver_env()
+def run_script(script: Path, tmp_path: Path) -> None:
+    """Run ``script`` on this process's Ray (its own process and local Ray when it is
+    in ``OWN_RAY``); fail with its output unless it ends well with ``OK`` printed last."""
+    settings = {"TRAINYARD_STORAGE_PATH": str(tmp_path),
+                "TRAINYARD_DISABLE_DEFAULT_LOGGERS": "0"}
     if script.name not in OWN_RAY:
-        env["RAY_ADDRESS"] = ray_address
-    env["TRAINYARD_STORAGE_PATH"] = str(tmp_path)
-    env["TRAINYARD_DISABLE_DEFAULT_LOGGERS"] = "0"
+        stdout = run_in_process(script, {**settings, "TORCHINDUCTOR_CACHE_DIR":
+                                         str(tmp_path / "inductor")})["__stdout__"]
+        assert last_line(stdout) == "OK", (
+            f"{script.name} did not print OK last.\n--- stdout (tail) ---\n{stdout[-2000:]}")
+        return
+    env = {**driver_env(), **settings}
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=360)

@@ -1,7 +1,7 @@
-"""Ray Train/Tune scripts ported by rewriting their imports only: each runs as a script
-in its own process (joining this process's Ray, tests/compat/_run.py) and asserts what a
-user would check. The Tuner's
-scripts are in test_compat_tune_scripts.py."""
+"""Ray Train/Tune scripts ported by rewriting their imports only: each runs as
+``python SCRIPT`` would run it (in this process, on its Ray and warm workers:
+tests/compat/_run.py) and asserts what a user would check. The Tuner's scripts are in
+test_compat_tune_scripts.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.compat._run import OWN_RAY, SCRIPTS, TUNE_SCRIPTS, run_script, scripts
+
+pytestmark = pytest.mark.usefixtures("pooled_workers")
 
 
 def test_scripts_use_only_trainyard_imports() -> None:
@@ -26,4 +28,4 @@ def test_every_tune_script_exists() -> None:
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("script", scripts(tune=False), ids=lambda p: p.name)
 def test_script_runs(script: Path, tmp_path: Path, ray_session) -> None:
-    run_script(script, tmp_path, ray_session.get_runtime_context().gcs_address)
+    run_script(script, tmp_path)

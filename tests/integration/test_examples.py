@@ -1,12 +1,17 @@
 """Every script in examples/ runs to completion (its own asserts check the outcome).
 
-A script runs as a user runs it against a cluster: its own process, joining this test
-process's Ray through ``RAY_ADDRESS`` (what a local start costs, 6-8 CPU-s of Ray's
-daemons and prestarted workers before any work, is paid once per xdist worker instead of
-once per script). ``OWN_RAY`` keeps the first script of the README starting its own local
-Ray as a new user's first run does; tests/unit/test_ray_local_start.py covers that start
-in detail. ``RUN_ELSEWHERE`` names the test that runs a script and checks its result
-further, so that the same training is not paid for twice.
+Most scripts run in this test process (tests/script_runner.py: as ``__main__``, the
+script's argv, path, environment and working directory), on the session's Ray and the
+module's warm workers (``pooled_workers``): a script's own process would cost its
+interpreter, its framework's import and its job's fresh workers, about 10 CPU-s, before
+its work. Three ways stay covered in their own process: ``OWN_RAY``, the first script of
+the README, starts its own local Ray as a new user's first run does
+(tests/unit/test_ray_local_start.py covers that start in detail); ``JOINED`` is a
+script's own process joining a running Ray through ``RAY_ADDRESS``, as on a cluster;
+and a TensorFlow script runs in its own process once RLlib is loaded here (RLlib's
+first import turns TensorFlow 2 behaviour off in its process). ``RUN_ELSEWHERE`` names
+the test that runs a script and checks its result further, so that the same training is
+not paid for twice.
 """
 
 from __future__ import annotations
@@ -20,9 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_runner import run_in_process
+
+pytestmark = pytest.mark.usefixtures("pooled_workers")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALL_EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.py"))
 OWN_RAY = {"torch_trainer.py"}
+JOINED = {"xgboost_trainer.py"}
 RUN_ELSEWHERE = {"rllib_ppo_cartpole.py": "tests/integration/test_rllib.py"}
 EXAMPLES = [p for p in ALL_EXAMPLES if p.name not in RUN_ELSEWHERE]
 SCRIPT_TIMEOUT_S = 360
@@ -32,7 +42,13 @@ SCRIPT_TIMEOUT_S = 360
 # former 180 on 2026-11-29, the VM's load average at 12-15; the compat scripts' limits.
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_example_runs(script: Path, tmp_path: Path, ray_session) -> None:
+def test_example_runs(script: Path, tmp_path: Path, ray_session, pooled_workers) -> None:
+    if script.name not in OWN_RAY | JOINED and not _needs_own_process(script):
+        # Its torch compiler cache in the test's directory, as in a process of its own.
+        run_in_process(script, {"TRAINYARD_STORAGE_PATH": str(tmp_path),
+                                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+        return
+    pooled_workers.evict_all()  # their placement groups would leave a joining script no CPU
     env = dict(os.environ)
     env["TRAINYARD_STORAGE_PATH"] = str(tmp_path)
     ray_tmp = tempfile.mkdtemp(prefix="rayex", dir="/tmp")
@@ -65,9 +81,13 @@ def test_example_runs(script: Path, tmp_path: Path, ray_session) -> None:
     )
 
 
+def _needs_own_process(script: Path) -> bool:
+    return "ray.rllib" in sys.modules and "tensorflow" in script.read_text()
+
+
 def test_examples_found() -> None:
     assert EXAMPLES, f"no scripts found in {REPO_ROOT / 'examples'}"
     names = {p.name for p in ALL_EXAMPLES}
-    assert OWN_RAY <= names and set(RUN_ELSEWHERE) <= names
+    assert OWN_RAY <= names and JOINED <= names and set(RUN_ELSEWHERE) <= names
     for script, module in RUN_ELSEWHERE.items():  # still run, by the test named
         assert f"examples/{script}" in (REPO_ROOT / module).read_text(), (script, module)
