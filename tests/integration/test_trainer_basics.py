@@ -1,8 +1,4 @@
-"""The programming model on a real local Ray: reports, results, errors, run names.
-
-The fits run on the module's warm workers (``pooled_workers``); the tests about a
-worker's start and end (its start-up heap frozen, its log files swept once it is gone)
-ask for fresh ones, and the subprocess tests about the local Ray start their own."""
+"""The programming model on a real local Ray: reports, results, errors, run names."""
 
 from __future__ import annotations
 
@@ -21,8 +17,6 @@ from engine import (CheckpointConfig, RunConfig, ScalingConfig, TrainingFailedEr
                     session)
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
-
-pytestmark = pytest.mark.usefixtures("pooled_workers")
 
 AUTO_FIELDS = ["training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date",
                "done", "hostname", "node_ip", "pid", "trial_id", "experiment_id",
@@ -270,8 +264,7 @@ def _gc_state(config):
 
 
 def test_startup_objects_are_frozen_and_training_garbage_is_collected(ray_start_4_cpus,
-                                                                      storage_path,
-                                                                      fresh_workers):
+                                                                      storage_path):
     """The worker moves its start-up heap (Ray, torch, the engine) out of the garbage
     collector's passes before train_func; cycles made by training are still collected."""
     result = TorchTrainer(_gc_state, scaling_config=ScalingConfig(num_workers=2),
@@ -614,8 +607,7 @@ def _hello_and_pid(config):
                    "worker_id": ray.get_runtime_context().get_worker_id()})
 
 
-def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_path,
-                                                   fresh_workers):
+def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_path):
     """The engine's sweep knows the files Ray 2.60 writes for a worker: once the worker
     is gone, its ``.out``, ``.err`` and core worker log move to the session's
     ``logs/old`` (where Ray itself moves such files) and the session runs on."""
@@ -631,7 +623,6 @@ def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_pat
 
     metrics = fit().metrics
     pid, worker_id = metrics["worker_pid"], metrics["worker_id"]
-    fresh_workers.evict_all()  # the module's pool stops the idle worker, as a fit's end would
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
