@@ -16,6 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from tests.script_runner import PROCESS_ONCE_ENV  # noqa: E402 - needs REPO on the path
+
 # Ray's logical CPUs are not cores: give Ray Data room beside 2 training workers.
 RAY_TEST_CPUS = 6
 
@@ -296,12 +298,8 @@ def no_env_leak():
     after = dict(os.environ)
     changed = {k for k in set(before) | set(after)
                if before.get(k) != after.get(k)} - _ALLOWED_ENV_CHANGES
-    # Ray's own variables, the OpenMP ones that importing torch sets once per process,
-    # CRC32C_SW_MODE that importing tensorboardX sets once per process, and
-    # PYTORCH_NVML_BASED_CUDA_CHECK that importing DeepSpeed sets (the GPU tests).
-    changed = {k for k in changed
-               if not k.startswith(("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE",
-                                     "_MLFLOW_TELEMETRY", "PYTORCH_NVML_BASED_CUDA_CHECK"))}
+    # What an import sets once per process (tests/script_runner.PROCESS_ONCE_ENV).
+    changed = {k for k in changed if not k.startswith(PROCESS_ONCE_ENV)}
     if changed:
         for key in changed:
             if key in before:

@@ -28,11 +28,12 @@ from typing import Dict, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Set once per process by an import (torch's OpenMP, Ray's own, tensorboardX's) and not
-# again by a second import: left as the script's run set them (tests/conftest.py's
-# no_env_leak allows the same).
-_PROCESS_ONCE = ("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE", "_MLFLOW_TELEMETRY",
-                 "PYTORCH_NVML_BASED_CUDA_CHECK")
+# Variables set once per process by an import and not again by a second one: Ray's own,
+# the OpenMP ones importing torch sets, CRC32C_SW_MODE (tensorboardX), MLflow's telemetry
+# marker, PYTORCH_NVML_BASED_CUDA_CHECK (DeepSpeed, the GPU tests). A script's run leaves
+# them as it set them, and tests/conftest.py's no_env_leak does not count them as leaks.
+PROCESS_ONCE_ENV = ("RAY_", "__RAY", "KMP_", "CRC32C_SW_MODE", "_MLFLOW_TELEMETRY",
+                    "PYTORCH_NVML_BASED_CUDA_CHECK")
 
 
 class ScriptFailed(AssertionError):
@@ -54,7 +55,7 @@ def _as_main(script: Path, env: Dict[str, str]):
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
         for key in set(os.environ) | set(saved_env):
-            if key.startswith(_PROCESS_ONCE) or os.environ.get(key) == saved_env.get(key):
+            if key.startswith(PROCESS_ONCE_ENV) or os.environ.get(key) == saved_env.get(key):
                 continue
             if key in saved_env:
                 os.environ[key] = saved_env[key]
