@@ -21,8 +21,10 @@ PYTEST_ARGS ?=
 # compileall writes only what is stale: a fraction of a second after the first time.
 PYC_DIRS := engine tasks flows dags pipelines tests bench examples scripts
 COMPILE := $(PY) -m compileall -q -j 0 $(PYC_DIRS) > /dev/null
+# The docs site (mkdocs.yml); Material's banner about its successor is not the build's output.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: run test bench venv constraints clean
+.PHONY: run test docs bench venv constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,10 +43,18 @@ run: $(STAMP)
 	$(PY) -m flows.retrain
 
 # The layer contracts ([tool.importlinter] in pyproject.toml) first: seconds, no Ray.
+# Then the docs site, --strict: a broken link, anchor or API reference fails the suite
+# (built into a temporary directory, so that site/ stays what `make docs` last built).
 test: $(STAMP) $(HOROVOD_STAMP)
 	$(VENV)/bin/lint-imports
+	@site=$$(mktemp -d) && $(MKDOCS) build --strict --quiet -d "$$site"; \
+		rc=$$?; rm -rf "$$site"; exit $$rc
 	@$(COMPILE)
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The docs site (mkdocs.yml) into site/ (ignored by git).
+docs: $(STAMP)
+	$(MKDOCS) build --strict -d site
 
 bench: $(STAMP) $(HOROVOD_STAMP)
 	$(PY) -m bench.run $(if $(QUICK),--quick,)
@@ -54,4 +64,4 @@ constraints:
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

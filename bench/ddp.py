@@ -73,7 +73,7 @@ def _loop_extra(ctx: Context, loop: Dict[str, Any]) -> Dict[str, Any]:
 def ours_process(epochs: int, loop_out: str, storage: str) -> Dict[str, Any]:
     """trainyard's whole process: what a user's ``python train.py`` does."""
     phases = Phases()
-    # The first lines of the script, as the README recommends: Ray's local start runs in
+    # The first lines of the script, as docs/index.md recommends: Ray's local start runs in
     # a thread while the script imports torch (fit() would otherwise start it only then).
     from engine.runtime import ensure_ray
 

@@ -174,7 +174,7 @@ def _span(path: Path) -> float:
 
 # --- the sides, each in its own process ---------------------------------------------------
 def side_ours(train: str, valid: str, rounds: int, stamp: str, storage: str) -> Dict[str, Any]:
-    # The script's first lines, as the README recommends: Ray's local start runs in a
+    # The script's first lines, as docs/index.md recommends: Ray's local start runs in a
     # thread while the script imports (fit() waits for it).
     from engine.runtime import ensure_ray
 

@@ -1,7 +1,7 @@
-"""Write the README's "Settings" table from ``engine/constants.py``.
+"""Write the settings guide's table (``docs/guides/settings.md``) from ``engine/constants.py``.
 
-    python scripts/gen_settings_table.py             # rewrite the table in README.md
-    python scripts/gen_settings_table.py --check     # exit 1 if README.md is stale
+    python scripts/gen_settings_table.py             # rewrite the table in the guide
+    python scripts/gen_settings_table.py --check     # exit 1 if the guide is stale
     python scripts/gen_settings_table.py --markdown  # print the table
 
 The table sits between ``<!-- settings:begin -->`` and ``<!-- settings:end -->``;
@@ -31,22 +31,23 @@ def with_table(readme: str, table: str) -> str:
     """
     start, end = readme.find(BEGIN), readme.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md needs a line {BEGIN} followed by a line {END}: add "
+        raise ValueError(f"The page needs a line {BEGIN} followed by a line {END}: add "
                          "them where the settings table goes.")
     return readme[:start + len(BEGIN)] + "\n" + table + readme[end:]
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     parser.add_argument("--markdown", action="store_true", help="print the table only")
-    parser.add_argument("--readme", default=str(REPO / "README.md"))
+    parser.add_argument("--page", "--readme", dest="page",
+                        default=str(REPO / "docs" / "guides" / "settings.md"))
     args = parser.parse_args(argv)
     table = settings_table()
     if args.markdown:
         sys.stdout.write(table)
         return 0
-    path = Path(args.readme)
+    path = Path(args.page)
     current = path.read_text(encoding="utf-8")
     wanted = with_table(current, table)
     if args.check:

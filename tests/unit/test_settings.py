@@ -1,6 +1,6 @@
 """Settings in one place: every ``TRAINYARD_*`` variable is declared in
-``engine/constants.py``, engine code names them through its constants, and the README's
-table is the one generated from the declarations."""
+``engine/constants.py``, engine code names them through its constants, and the settings
+guide's table (docs/guides/settings.md) is the one generated from the declarations."""
 
 from __future__ import annotations
 
@@ -64,13 +64,13 @@ def test_engine_code_names_variables_through_constants():
     assert not spelled, spelled
 
 
-def test_readme_settings_table_is_the_generated_one():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_docs_settings_table_is_the_generated_one():
+    page = (REPO / "docs" / "guides" / "settings.md").read_text(encoding="utf-8")
     begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
-    assert begin in readme and end in readme, "README.md lost its settings markers"
-    shown = readme[readme.index(begin) + len(begin):readme.index(end)]
+    assert begin in page and end in page, "docs/guides/settings.md lost its settings markers"
+    shown = page[page.index(begin) + len(begin):page.index(end)]
     assert shown == constants.settings_table(), (
-        "README.md's Settings table is stale: run python scripts/gen_settings_table.py")
+        "docs/guides/settings.md's table is stale: run python scripts/gen_settings_table.py")
 
 
 def test_settings_table_rows():
