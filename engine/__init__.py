@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from engine import session
 from engine.checkpoint import Checkpoint
-from engine._internal.worker_pool import reuse_workers
+from engine._internal.worker_group.pool import reuse_workers
 from engine.config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig,
                            ScalingConfig)
 from engine.exceptions import (CheckpointError, ConfigError, StorageError,

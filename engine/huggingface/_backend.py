@@ -18,7 +18,7 @@ from engine import constants
 from engine.torch.config import TorchBackend, TorchConfig
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 # Driver settings that workers must see to behave like the driver: offline mode and
 # where the Hugging Face caches live. Tokens are not forwarded (set them on the nodes).

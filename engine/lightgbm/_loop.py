@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal.gbdt.data import (TRAIN_DATASET, arrow_split, pandas_split,
                                         read_shard_table)
-from engine._internal import timeline
+from engine._internal.run_state import timeline
 from engine._internal.gbdt.loop import start_boosting
 from engine.lightgbm.config import get_network_params, import_lightgbm
 

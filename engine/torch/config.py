@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Union
 
 from engine import constants
-from engine._internal.backend import Backend, BackendConfig
+from engine._internal.worker_group.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 # The least time the ranks get to join the process group (see TorchConfig).
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 300

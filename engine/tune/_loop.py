@@ -20,15 +20,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine._internal import storage as _storage
-from engine._internal import trial as _trial
-from engine._internal.callback_runner import CallbackRunner
-from engine._internal.controller import Controller, RunSpec, TrialAction, TrialDecision
-from engine._internal.run_record import _jsonable
-from engine._internal.stopping import StopCheck, make_stopper
-from engine._internal.trial import Trial
-from engine._internal.worker_group import WorkerGroup
-from engine._internal.worker_pool import WorkerGroupPool, group_key, shared_pool
+from engine._internal.storage import filesystem as _storage
+from engine._internal.execution import trial as _trial
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.execution.controller import Controller, RunSpec, TrialAction, TrialDecision
+from engine._internal.run_state.record import _jsonable
+from engine._internal.execution.stopping import StopCheck, make_stopper
+from engine._internal.execution.trial import Trial
+from engine._internal.worker_group.group import WorkerGroup
+from engine._internal.worker_group.pool import WorkerGroupPool, group_key, shared_pool
 from engine.checkpoint import Checkpoint
 from engine.callbacks import Callback
 from engine.config import RunConfig
@@ -139,7 +139,7 @@ class TrialLoop:
     def run(self) -> List[TrialRun]:
         import ray
 
-        from engine._internal.ray_utils import ensure_ray
+        from engine._internal.ray_runtime.start import ensure_ray
 
         ensure_ray()
         self._capacity = dict(ray.cluster_resources())

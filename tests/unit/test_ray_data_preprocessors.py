@@ -12,7 +12,7 @@ from engine import Checkpoint, ConfigError
 from engine.exceptions import CheckpointError
 from engine.preprocessors import (RAY_FILE, RayDataPreprocessor, StandardScaler,
                                   as_preprocessor, dumps, loads, save_preprocessor)
-from engine._internal.storage import Storage
+from engine._internal.storage.filesystem import Storage
 
 preprocessors = pytest.importorskip("engine.data.preprocessors")
 

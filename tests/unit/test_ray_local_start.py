@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from engine._internal import ray_utils
+from engine._internal.ray_runtime import start as ray_utils
 
 TIMEOUT_TEXT = ("The current node timed out during startup. This could happen because "
                 "some of the raylet failed to startup or the GCS has become overloaded.")

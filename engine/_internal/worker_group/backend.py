@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 
 class BackendConfig:
@@ -13,7 +13,7 @@ class BackendConfig:
 
     #: Whether the workers may serve another fit or trial after this backend's run
     #: (``engine.reuse_workers()``, ``TuneConfig(reuse_actors=True)``): the worker reset
-    #: (``engine._internal.worker_reset``) undoes all its backend sets up. Read from the
+    #: (``engine._internal.worker_group.reset``) undoes all its backend sets up. Read from the
     #: class itself, not inherited: a subclass says so for itself.
     REUSABLE_WORKERS: ClassVar[bool] = True
 

@@ -92,7 +92,7 @@ def _with_filesystem(paths: List[str]) -> Any:
     read tasks in the (pickled) filesystem, which a bare URI in another process would
     not find. Local paths, and URIs the storage layer cannot open, go to Ray Data as
     they are: ``(None, paths)``."""
-    from engine._internal import storage as _storage
+    from engine._internal.storage import filesystem as _storage
     from engine.exceptions import StorageError
 
     if not all(_storage.is_uri(p) and not p.startswith(("file://", "memory://"))
@@ -159,7 +159,7 @@ def _list_files(path: str, limit: int = 100_000) -> List[str]:
     """File names under a directory (local or URI); empty when it is not one."""
     import pyarrow.fs as pafs
 
-    from engine._internal import storage as _storage
+    from engine._internal.storage import filesystem as _storage
 
     try:
         fs, inner = _storage.resolve(path)
@@ -188,7 +188,7 @@ def prepare_datasets(datasets: Dict[str, Any], preprocessor: Optional[Any] = Non
             f"datasets['train'] to fit it on (passed: {sorted(datasets) or 'none'}): pass a "
             "'train' dataset or fit the preprocessor first."
         )
-    from engine._internal.ray_utils import ensure_ray
+    from engine._internal.ray_runtime.start import ensure_ray
 
     ensure_ray()  # fitting runs Ray Data: start trainyard's Ray, not Ray Data's default
     out = {name: to_ray_dataset(name, data) for name, data in datasets.items()}
@@ -222,7 +222,7 @@ def _parquet_footer_row_count(data: Any, max_files: int = 100) -> Optional[int]:
     try:
         import pyarrow.dataset as pads
 
-        from engine._internal import storage as _storage
+        from engine._internal.storage import filesystem as _storage
 
         if _file_format(_file_names(paths)) != "parquet":
             return None
@@ -245,13 +245,13 @@ def make_shards(datasets: Dict[str, Any], data_config: DataConfig, n: int,
     With ``read_files_directly`` (a loop that reads its shards with
     ``gbdt.data.read_shard``), a dataset of local Parquet files becomes one
     ``ParquetShard`` per worker instead, which the worker reads itself with pyarrow
-    (``engine._internal.parquet_shards``); the split is the same equal one.
+    (``engine._internal.data.parquet_shards``); the split is the same equal one.
     """
     out: Dict[str, List[Any]] = {}
     for name, data in datasets.items():
         files = _direct_files(data) if read_files_directly else None
         if files is not None:
-            from engine._internal.parquet_shards import plan_file_shards
+            from engine._internal.data.parquet_shards import plan_file_shards
 
             split = data_config.should_split(name) and n > 1
             out[name], count = plan_file_shards(files, n, split)
@@ -291,7 +291,7 @@ def materialize_splits(datasets: Dict[str, Any], data_config: DataConfig, n: int
 
 
 def _direct_files(data: Any) -> Optional[List[str]]:
-    from engine._internal.parquet_shards import local_parquet_files
+    from engine._internal.data.parquet_shards import local_parquet_files
 
     try:
         return local_parquet_files(data)

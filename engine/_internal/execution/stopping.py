@@ -16,9 +16,9 @@ import time
 from collections import defaultdict, deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Union
 
-from engine._internal.failure_policy import FatalError
-from engine._internal.run_spec import TrialAction, TrialDecision
-from engine._internal.worker_metrics import lookup
+from engine._internal.execution.failure_policy import FatalError
+from engine._internal.run_state.spec import TrialAction, TrialDecision
+from engine._internal.worker_group.metrics import lookup
 from engine.exceptions import ConfigError
 
 logger = logging.getLogger("engine")

@@ -16,7 +16,7 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 from engine import constants
-from engine._internal import storage as _storage
+from engine._internal.storage import filesystem as _storage
 from engine.exceptions import ConfigError
 
 logger = logging.getLogger("engine")
@@ -127,7 +127,7 @@ def _restore_datasets(trainer: Any, datasets: Optional[Dict[str, Any]], path: st
             f"in memory again: pass datasets={{{', '.join(repr(k) for k in missing)}: ...}} "
             "(paths were kept, Ray Datasets and DataFrames are not stored).")
     if given:
-        from engine._internal.data import check_dataset_inputs
+        from engine._internal.data.datasets import check_dataset_inputs
 
         check_dataset_inputs(given)
     trainer.datasets = {**(getattr(trainer, "datasets", None) or {}), **given}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
-from engine._internal.storage import Storage, join
+from engine._internal.storage.filesystem import Storage, join
 from engine.checkpoint import Checkpoint
 
 _SCALARS = (int, float, bool, str, type(None))

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass
 from typing import List, Optional
 
-from engine._internal.storage import Storage, join
+from engine._internal.storage.filesystem import Storage, join
 from engine.exceptions import StorageError
 
 

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from engine._internal.storage_retry import ServiceError
+from engine._internal.storage.retry import ServiceError
 
 # The SDK's own attempts per request, the first one included (its standard retry
 # mode; botocore's ``max_attempts`` would count only the retries), as pyarrow's S3

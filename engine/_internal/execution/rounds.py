@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from engine._internal.session import ReportItem
+from engine._internal.worker_group.session import ReportItem
 
 
 class RoundTracker:

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from engine._internal.storage import Storage, join
+from engine._internal.storage.filesystem import Storage, join
 
 
 @dataclass

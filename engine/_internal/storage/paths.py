@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from engine import constants
-from engine._internal.uris import learn_secrets, redact, safe_reason
+from engine._internal.storage.uris import learn_secrets, redact, safe_reason
 from engine.exceptions import StorageError
 
 

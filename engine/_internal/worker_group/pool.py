@@ -18,8 +18,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from engine._internal import timeline
-from engine._internal.worker_group import WorkerGroup
+from engine._internal.run_state import timeline
+from engine._internal.worker_group.group import WorkerGroup
 from engine.config import ScalingConfig
 
 logger = logging.getLogger("engine")
@@ -154,8 +154,8 @@ class _PooledWorkerGroup(WorkerGroup):
 
 def reset_worker() -> bool:
     """Runs on a worker before its process serves another trial or fit: no framework
-    state may outlive the trial (``engine._internal.worker_reset``); True when clean."""
-    from engine._internal.worker_reset import reset_process
+    state may outlive the trial (``engine._internal.worker_group.reset``); True when clean."""
+    from engine._internal.worker_group.reset import reset_process
 
     return reset_process() is None
 

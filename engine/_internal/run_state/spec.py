@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from engine._internal.backend import BackendConfig
+from engine._internal.worker_group.backend import BackendConfig
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig
 

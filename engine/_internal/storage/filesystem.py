@@ -28,15 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from engine import constants
-from engine._internal import storage_commit as _commit
-from engine._internal import storage_s3 as _s3
-from engine._internal.storage_paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
+from engine._internal.storage import commit as _commit
+from engine._internal.storage import s3 as _s3
+from engine._internal.storage.paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
                                             default_root, is_uri, join,
                                             memory_storage_path, memory_storage_root,
                                             pafs, remember_filesystem, resolve)
-from engine._internal.storage_retry import (DEFAULT_RETRY_S, RETRY_ENV_VAR, is_transient,
+from engine._internal.storage.retry import (DEFAULT_RETRY_S, RETRY_ENV_VAR, is_transient,
                                             retrying, service_error)
-from engine._internal.uris import redact, safe_reason, scrub
+from engine._internal.storage.uris import redact, safe_reason, scrub
 from engine.exceptions import StorageError
 
 __all__ = [

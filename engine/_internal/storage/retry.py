@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from engine import constants
-from engine._internal.uris import safe_reason
+from engine._internal.storage.uris import safe_reason
 
 RETRY_ENV_VAR = constants.STORAGE_RETRY_ENV_VAR
 DEFAULT_RETRY_S = constants.DEFAULT_STORAGE_RETRY_S

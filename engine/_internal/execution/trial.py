@@ -63,7 +63,7 @@ class Trial:
     def get_storage(self):
         """The ``Storage`` rooted at the trial directory (opened from ``path`` if unset)."""
         if self.storage is None:
-            from engine._internal.storage import Storage
+            from engine._internal.storage.filesystem import Storage
 
             self.storage = Storage.from_path(self.path)
         return self.storage

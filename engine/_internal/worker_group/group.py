@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from engine import constants
-from engine._internal.data_plan import FRACTIONAL, STREAM, DataPlan, plan_data
-from engine._internal.failure_diagnosis import worker_died
+from engine._internal.data.plan import FRACTIONAL, STREAM, DataPlan, plan_data
+from engine._internal.execution.failure_diagnosis import worker_died
 from engine.config import ScalingConfig
 from engine.exceptions import WorkerDiedError, WorkerError, WorkerGroupStartupError
 
@@ -82,9 +82,9 @@ class WorkerGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from engine._internal import timeline
-        from engine._internal.ray_utils import ensure_ray
-        from engine._internal.worker import TrainWorker
+        from engine._internal.run_state import timeline
+        from engine._internal.ray_runtime.start import ensure_ray
+        from engine._internal.worker_group.worker import TrainWorker
 
         timeline.mark("ray_start")
         ensure_ray()
@@ -132,12 +132,12 @@ class WorkerGroup:
 
     def plan_data(self) -> DataPlan:
         """Before :meth:`start`: how the datasets reach the workers when the workers
-        would leave no CPU for Ray Data (``engine._internal.data_plan``); a fractional
+        would leave no CPU for Ray Data (``engine._internal.data.plan``); a fractional
         plan lowers this group's CPU reservation per worker. Logged when not plain
         streaming."""
         import ray
 
-        from engine._internal.ray_utils import ensure_ray, started_by_trainyard
+        from engine._internal.ray_runtime.start import ensure_ray, started_by_trainyard
 
         ensure_ray()
         if not self.needs_data_cpus or os.environ.get("RAY_ADDRESS"):
@@ -212,7 +212,7 @@ class WorkerGroup:
         self.meta = metas
 
     def check_storage(self, storage: Any) -> None:
-        from engine._internal.storage_check import check_from_workers
+        from engine._internal.storage.check import check_from_workers
 
         check_from_workers(storage, self)
 
@@ -297,7 +297,7 @@ class WorkerGroup:
             except Exception:
                 pass
             self.placement_group = None
-        from engine._internal.ray_utils import sweep_worker_logs_if_due
+        from engine._internal.ray_runtime.start import sweep_worker_logs_if_due
 
         sweep_worker_logs_if_due()
 

@@ -16,27 +16,27 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engine import constants
-from engine._internal import failure_diagnosis as diagnosis
-from engine._internal import storage as _storage
-from engine._internal import timeline
-from engine._internal.backend import Backend
-from engine._internal.callback_runner import CallbackRunner
-from engine._internal.checkpoint_committer import (CheckpointCommitter, CommitFailed,
+from engine._internal.execution import failure_diagnosis as diagnosis
+from engine._internal.storage import filesystem as _storage
+from engine._internal.run_state import timeline
+from engine._internal.worker_group.backend import Backend
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.checkpoint.committer import (CheckpointCommitter, CommitFailed,
                                                    staging_round)
-from engine._internal.checkpoint_manager import CheckpointManager
-from engine._internal.data_plan import MATERIALIZE
-from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
-from engine._internal.report_handler import ReportHandler, Round, UserCallbacks
-from engine._internal.rounds import RoundTracker
-from engine._internal.run_lease import RunLease
-from engine._internal.run_record import RunRecord
-from engine._internal.run_spec import RunSpec, TrialAction, TrialDecision
-from engine._internal.output_capture import OutputFiles
-from engine._internal.session import TrainContext, resource_bundles, working_dir
-from engine._internal.stopping import stop_hook
-from engine._internal.storage_paths import default_root
-from engine._internal.trial import Trial
-from engine._internal.worker_group import PollResult, WorkerGroup, drain
+from engine._internal.checkpoint.manager import CheckpointManager
+from engine._internal.data.plan import MATERIALIZE
+from engine._internal.execution.failure_policy import FailureDecision, FailurePolicy, FatalError
+from engine._internal.execution.report_handler import ReportHandler, Round, UserCallbacks
+from engine._internal.execution.rounds import RoundTracker
+from engine._internal.run_state.lease import RunLease
+from engine._internal.run_state.record import RunRecord
+from engine._internal.run_state.spec import RunSpec, TrialAction, TrialDecision
+from engine._internal.worker_group.output_capture import OutputFiles
+from engine._internal.worker_group.session import TrainContext, resource_bundles, working_dir
+from engine._internal.execution.stopping import stop_hook
+from engine._internal.storage.paths import default_root
+from engine._internal.execution.trial import Trial
+from engine._internal.worker_group.group import PollResult, WorkerGroup, drain
 from engine.config import log_file_names
 from engine.checkpoint import Checkpoint
 from engine.exceptions import StorageError, TrainingFailedError, TrainyardError, WorkerError
@@ -103,7 +103,7 @@ class Controller:
         self._scheduled_at = 0.0
         self._materialized: Optional[Dict[str, List[Any]]] = None  # data_plan MATERIALIZE
         if self.run_config.verbose >= 1:
-            from engine._internal.progress import FitProgress
+            from engine._internal.execution.progress import FitProgress
 
             self.callbacks.callbacks.insert(0, FitProgress(
                 self.name, self.run_config.verbose, spec.scaling_config.num_workers,
@@ -208,7 +208,7 @@ class Controller:
             return
         plan = planner()
         if plan.kind == MATERIALIZE and self._materialized is None:
-            from engine._internal.data import materialize_splits
+            from engine._internal.data.datasets import materialize_splits
 
             self._materialized = materialize_splits(
                 self.spec.datasets, self.spec.data_config, self.spec.scaling_config.num_workers)
@@ -223,7 +223,7 @@ class Controller:
         if self._materialized is not None:
             shards = {k: [part.iterator() for part in v] for k, v in self._materialized.items()}
         elif self.spec.datasets:
-            from engine._internal.data import make_shards
+            from engine._internal.data.datasets import make_shards
 
             shards = make_shards(self.spec.datasets, self.spec.data_config, len(group),
                                  read_files_directly=self.spec.read_files_directly)

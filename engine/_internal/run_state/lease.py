@@ -40,8 +40,8 @@ import uuid
 from typing import Any, Dict, Optional, Tuple
 
 from engine import constants
-from engine._internal.storage import Storage, join
-from engine._internal.storage_s3 import client_error, client_for
+from engine._internal.storage.filesystem import Storage, join
+from engine._internal.storage.s3 import client_error, client_for
 from engine.exceptions import RunInProgressError, StorageError
 
 logger = logging.getLogger("engine")

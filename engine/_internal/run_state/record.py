@@ -17,15 +17,15 @@ import uuid
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 from engine import constants
-from engine._internal.checkpoint_manager import CheckpointManager, TrackedCheckpoint
-from engine._internal.storage import Storage, join, scrub
+from engine._internal.checkpoint.manager import CheckpointManager, TrackedCheckpoint
+from engine._internal.storage.filesystem import Storage, join, scrub
 from engine.checkpoint import Checkpoint
 from engine.config import CheckpointConfig
 from engine.exceptions import StorageError
 from engine.result import Result
 
 if TYPE_CHECKING:
-    from engine._internal.report_handler import Round
+    from engine._internal.execution.report_handler import Round
 
 logger = logging.getLogger("engine")
 

@@ -28,10 +28,10 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from engine import constants
-from engine._internal.storage_paths import join
+from engine._internal.storage.paths import join
 
 if TYPE_CHECKING:
-    from engine._internal.storage import Storage
+    from engine._internal.storage.filesystem import Storage
 
 # A rename onto a directory that is not empty fails with one of these.
 _DEST_TAKEN = (errno.ENOTEMPTY, errno.EEXIST)

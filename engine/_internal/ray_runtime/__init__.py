@@ -1,0 +1,1 @@
+"""Every touch of Ray outside its public API, in one place."""
