@@ -96,7 +96,7 @@ def pytest_runtest_teardown(item, nextitem):
     monitor lists the log directory 50 times a second, so its CPU grew with every
     worker the session ever started."""
     if "ray" in sys.modules:
-        from engine._internal.ray_runtime.start import sweep_worker_logs_if_due
+        from engine._internal.ray_runtime.logs import sweep_worker_logs_if_due
 
         sweep_worker_logs_if_due(only_own=False)
 

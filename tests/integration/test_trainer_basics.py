@@ -613,7 +613,7 @@ def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_pat
     ``logs/old`` (where Ray itself moves such files) and the session runs on."""
     import ray
 
-    from engine._internal.ray_runtime.start import sweep_worker_logs
+    from engine._internal.ray_runtime.logs import sweep_worker_logs
     from engine.trainer import DataParallelTrainer
 
     def fit():

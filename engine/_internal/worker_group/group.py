@@ -137,7 +137,8 @@ class WorkerGroup:
         streaming."""
         import ray
 
-        from engine._internal.ray_runtime.start import ensure_ray, started_by_trainyard
+        from engine._internal.ray_runtime.instance import started_by_trainyard
+        from engine._internal.ray_runtime.start import ensure_ray
 
         ensure_ray()
         if not self.needs_data_cpus or os.environ.get("RAY_ADDRESS"):
@@ -297,7 +298,7 @@ class WorkerGroup:
             except Exception:
                 pass
             self.placement_group = None
-        from engine._internal.ray_runtime.start import sweep_worker_logs_if_due
+        from engine._internal.ray_runtime.logs import sweep_worker_logs_if_due
 
         sweep_worker_logs_if_due()
 

@@ -24,10 +24,9 @@ from engine.exceptions import WorkerError
 def _node_ip() -> str:
     """The address Ray knows this node by."""
     try:
-        import ray
+        from engine._internal.ray_runtime.instance import node_ip_address
 
-        worker = ray._private.worker.global_worker
-        return worker.node_ip_address or ray.util.get_node_ip_address()
+        return node_ip_address()
     except Exception:  # outside Ray (unit tests)
         return "127.0.0.1"
 
