@@ -32,6 +32,7 @@ from engine._internal.storage import filesystem as _storage
 from engine._internal.checkpoint.manager import CheckpointManager, TrackedCheckpoint
 from engine._internal.execution.failure_policy import FatalError
 from engine._internal.execution.report_handler import Round
+from engine._internal.execution.rounds import RoundTracker
 from engine._internal.run_state.record import RunRecord
 from engine._internal.run_state.spec import RunSpec
 from engine._internal.worker_group.session import ReportItem
@@ -122,6 +123,17 @@ class CheckpointCommitter:
             dropped = self._publish(dest, index, iteration, metrics, files)
         self._delete(dropped)
         return self._checkpoint(dest, metrics)
+
+    def free_incomplete_staging(self, tracker: RoundTracker) -> None:
+        """Before the rounds completed ahead of a failure are committed, delete what the
+        ranks staged for rounds that can no longer complete. The failure may be a full
+        disk that those very files filled, and a commit needs room for its record and
+        marker: without this the last complete round was lost with the failed one."""
+        keep = {staging_round(items) for items in tracker.pending.values()
+                if len(items) >= tracker.world_size}
+        keep.discard(None)
+        if keep:
+            self.record.clean_staging(keep=keep)
 
     def _publish(self, dest: str, index: int, iteration: int, metrics: Dict[str, Any],
                  files: List[str]) -> List[TrackedCheckpoint]:

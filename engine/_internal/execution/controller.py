@@ -13,31 +13,28 @@ import enum
 import logging
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from engine import constants
-from engine._internal.execution import failure_diagnosis as diagnosis
-from engine._internal.storage import filesystem as _storage
-from engine._internal.run_state import timeline
-from engine._internal.worker_group.backend import Backend
-from engine._internal.execution.callback_runner import CallbackRunner
-from engine._internal.checkpoint.committer import (CheckpointCommitter, CommitFailed,
-                                                   staging_round)
+from engine._internal.checkpoint.committer import CheckpointCommitter, CommitFailed
 from engine._internal.checkpoint.manager import CheckpointManager
-from engine._internal.data.plan import MATERIALIZE
+from engine._internal.execution import failure_diagnosis as diagnosis
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.execution.decisions import RoundDecisions
 from engine._internal.execution.failure_policy import FailureDecision, FailurePolicy, FatalError
-from engine._internal.execution.report_handler import ReportHandler, Round, UserCallbacks
+from engine._internal.execution.report_handler import ReportHandler, UserCallbacks
 from engine._internal.execution.rounds import RoundTracker
+from engine._internal.execution.stopping import stop_hook
+from engine._internal.execution.training_start import dataset_shards, plan_data, session_args
+from engine._internal.execution.trial import Trial
+from engine._internal.run_state import timeline
 from engine._internal.run_state.lease import RunLease
 from engine._internal.run_state.record import RunRecord
 from engine._internal.run_state.spec import RunSpec, TrialAction, TrialDecision
-from engine._internal.worker_group.output_capture import OutputFiles
-from engine._internal.worker_group.session import TrainContext, resource_bundles, working_dir
-from engine._internal.execution.stopping import stop_hook
+from engine._internal.storage import filesystem as _storage
 from engine._internal.storage.paths import default_root
-from engine._internal.execution.trial import Trial
+from engine._internal.worker_group.backend import Backend
 from engine._internal.worker_group.group import PollResult, WorkerGroup, drain
-from engine.config import log_file_names
 from engine.checkpoint import Checkpoint
 from engine.exceptions import StorageError, TrainingFailedError, TrainyardError, WorkerError
 from engine.result import Result
@@ -92,16 +89,16 @@ class Controller:
         # (saving the record with it), then the callbacks see both.
         self.reports = ReportHandler([self.record, self.checkpoints,
                                       UserCallbacks(self.callbacks)])
+        self.decisions = RoundDecisions(self.decide, self.reports, self.run_config,
+                                        self.record.driver_fields)
         self.group: Optional[WorkerGroup] = None
         self.tracker: Optional[RoundTracker] = None
         self.failures = self.attempt = 0
         self.error: Optional[BaseException] = None
-        self.last_metrics: Dict[str, Any] = {}
-        self._deferred: Optional[Tuple[int, TrialDecision]] = None  # (round, decision)
         self._finished_result: Optional[Result] = None
         self._last_progress = time.monotonic()
         self._scheduled_at = 0.0
-        self._materialized: Optional[Dict[str, List[Any]]] = None  # data_plan MATERIALIZE
+        self._materialized: Optional[Dict[str, List[Any]]] = None  # data.plan MATERIALIZE
         if self.run_config.verbose >= 1:
             from engine._internal.execution.progress import FitProgress
 
@@ -109,6 +106,11 @@ class Controller:
                 self.name, self.run_config.verbose, spec.scaling_config.num_workers,
                 self.storage.display(), lambda: len(self.manager.tracked),
                 self.run_config.checkpoint_config.checkpoint_score_attribute))
+
+    @property
+    def last_metrics(self) -> Dict[str, Any]:
+        """The metrics of the last round handled."""
+        return self.decisions.last_metrics
 
     @property
     def manager(self) -> CheckpointManager:
@@ -184,7 +186,7 @@ class Controller:
         self.group = self.worker_group_cls(self.spec.scaling_config, self.spec.worker_env,
                                            needs_data_cpus=bool(self.spec.datasets))
         try:
-            self._plan_data(self.group)
+            self._materialized = plan_data(self.group, self.spec, self._materialized)
             self.group.start()
             self.group.check_storage(self.storage)
             timeline.mark("storage_checked")
@@ -199,58 +201,18 @@ class Controller:
             return self._on_failure(exc)
         return RunState.RUNNING
 
-    def _plan_data(self, group: WorkerGroup) -> None:
-        """Before the workers reserve their CPUs: the worker group decides how the
-        datasets reach them (``data_plan``); "materialize" reads and splits them now,
-        while Ray Data still has CPUs (once per run: retries reuse the splits)."""
-        planner = getattr(group, "plan_data", None)
-        if planner is None or not self.spec.datasets:
-            return
-        plan = planner()
-        if plan.kind == MATERIALIZE and self._materialized is None:
-            from engine._internal.data.datasets import materialize_splits
-
-            self._materialized = materialize_splits(
-                self.spec.datasets, self.spec.data_config, self.spec.scaling_config.num_workers)
-
     def _start_training(self) -> None:
         group = self.group
         assert group is not None
         start_ckpt = self.checkpoints.latest() or self.spec.resume_from_checkpoint
         latest = self.manager.latest
         start_iteration = self.record.truncate_to(latest.iteration if latest else 0)
-        shards: Dict[str, List[Any]] = {}
-        if self._materialized is not None:
-            shards = {k: [part.iterator() for part in v] for k, v in self._materialized.items()}
-        elif self.spec.datasets:
-            from engine._internal.data.datasets import make_shards
-
-            shards = make_shards(self.spec.datasets, self.spec.data_config, len(group),
-                                 read_files_directly=self.spec.read_files_directly)
-            timeline.mark("shards_planned")
+        shards = dataset_shards(self.spec, len(group), self._materialized)
         tag = f"{self.attempt:03d}{uuid.uuid4().hex[:6]}"
-        log_names = log_file_names(self.run_config.log_to_file)
-        experiment = str(self.spec.trial_info.get("experiment_name") or self.name)
-        workdir = working_dir(self.storage, experiment, self.name)
-        bundles = resource_bundles(self.spec.scaling_config)
-        session_args = []
-        for rank, meta in enumerate(group.meta):
-            ctx = TrainContext(
-                world_rank=rank, local_rank=meta.local_rank, world_size=len(group),
-                local_world_size=meta.local_world_size, node_rank=meta.node_rank,
-                trial_name=self.name, trial_id=self.record.trial_id,
-                experiment_name=experiment, run_dir=self.storage.display(),
-                working_dir=workdir, resource_bundles=bundles,
-            )
-            session_args.append(dict(
-                context=ctx, storage=self.storage if self.checkpoints.enabled else None,
-                attempt=tag, start_iteration=start_iteration, checkpoint=start_ckpt,
-                dataset_shards={k: v[rank] for k, v in shards.items()},
-                trial_info={"time_total_s": self.record.time_total_s,
-                            "scheduled_at": self._scheduled_at},
-                output=OutputFiles(self.storage, log_names, rank) if log_names else None,
-            ))
-        group.start_training(self.spec.train_func, self.spec.train_loop_config, session_args,
+        args = session_args(self.spec, group, self.storage, self.record, self.name, tag,
+                            start_ckpt, start_iteration, shards, self._scheduled_at,
+                            self.checkpoints.enabled)
+        group.start_training(self.spec.train_func, self.spec.train_loop_config, args,
                              self.spec.backend_config.train_func_wrapper())
         timeline.mark("training_started")
         self._last_progress = time.monotonic()
@@ -273,11 +235,11 @@ class Controller:
         if stalled is not None:
             return self._on_failure(stalled)
         try:
-            decision = self._next_decision()
+            decision = self.decisions.next(self.tracker)
         except FatalError as exc:  # e.g. a stopper that raised: the run fails, no retry
             return self._on_failure(exc)
         if decision is not None and decision.action is not TrialAction.CONTINUE:
-            self._cancel_deferred()  # e.g. the tuner stops every trial meanwhile
+            self.decisions.cancel()  # e.g. the tuner stops every trial meanwhile
             try:
                 return self._apply_decision(decision)
             except CommitFailed as exc:  # PBT's adopted checkpoint
@@ -287,7 +249,7 @@ class Controller:
             return self._on_failure(FatalError(mismatch))
         if self.tracker.all_finished:
             timeline.mark("training_finished")
-            self._keep_timeline()
+            self.record.keep_rank0_timeline(self.group)
             self._teardown(graceful=True)
             timeline.mark("workers_stopped")
             self.record.clean_staging()
@@ -296,16 +258,6 @@ class Controller:
             self.record.finish(RunState.FINISHED.value, self.manager)
             return RunState.FINISHED
         return RunState.RUNNING
-
-    def _next_decision(self) -> Optional[TrialDecision]:
-        """The decide hook's verdict on this poll: a deferred RESTART now due, else its
-        first decision on the new rounds, else its once-per-poll check."""
-        decision = self._resolve_deferred()
-        if decision is None and self._deferred is None:
-            decision = self._process_rounds()
-        if decision is None and self.decide is not None:
-            decision = self.decide(None)
-        return decision
 
     def _take(self, results: List[PollResult]) -> Optional[WorkerError]:
         """Queue the ranks' reports; return the first (lowest rank's) error."""
@@ -330,24 +282,12 @@ class Controller:
         assert group is not None
         drained = drain(group, constants.POLL_TIMEOUT_S * 2)
         self._take(drained)
-        self._free_incomplete_staging()
-        self._process_rounds()
+        self.checkpoints.free_incomplete_staging(self.tracker)
+        self.decisions.process(self.tracker)
         waiting = {r.rank for r in results + drained if r.error is not None and not r.died}
         dead = next((r.error for r in drained if r.died), None)
         return diagnosis.diagnose(failure, dead, waiting, len(group),
                                   lambda ranks: diagnosis.capture_stacks(group, ranks))
-
-    def _free_incomplete_staging(self) -> None:
-        """Before the rounds completed ahead of a failure are committed, delete what the
-        ranks staged for rounds that can no longer complete. The failure may be a full
-        disk that those very files filled, and a commit needs room for its record and
-        marker: without this the last complete round was lost with the failed one."""
-        assert self.tracker is not None
-        keep = {staging_round(items) for items in self.tracker.pending.values()
-                if len(items) >= self.tracker.world_size}
-        keep.discard(None)
-        if keep:
-            self.record.clean_staging(keep=keep)
 
     def _check_stall(self) -> Optional[WorkerError]:
         """The backend's watchdog (``stall_timeout_s``): no rank reported for that long
@@ -372,7 +312,7 @@ class Controller:
         return RunState.SCHEDULING
 
     def _on_failure(self, error: BaseException) -> RunState:
-        self._cancel_deferred()
+        self.decisions.cancel()
         self.error = error
         self.callbacks.call("on_failure", error)
         decision = self.failure_policy.make_decision(error, self.failures)
@@ -424,63 +364,7 @@ class Controller:
         adopted = self.checkpoints.adopt(ckpt, iteration)
         self.callbacks.adopted(adopted)
 
-    # --- rounds ------------------------------------------------------------------
-    def _process_rounds(self) -> Optional[TrialDecision]:
-        """Hand complete rounds to the report handler; with a ``decide`` hook, return its
-        first decision other than CONTINUE (later rounds of this poll are dropped with
-        the group)."""
-        assert self.tracker is not None
-        rounds = self.tracker.pop_complete()
-        for n, (iteration, items) in enumerate(rounds):
-            rnd = Round.of(iteration, items, self.run_config.metrics_reduce,
-                           self.record.driver_fields())
-            self.reports.handle(rnd)
-            self.last_metrics = rnd.metrics
-            decision = self.decide(rnd.metrics) if self.decide is not None else None
-            if decision is None or decision.action is TrialAction.CONTINUE:
-                continue
-            if decision.prepare is not None:
-                # Later rounds go back: processed only if the trial goes on after all.
-                self.tracker.pending.update({i: r for i, r in rounds[n + 1:]})
-                self._deferred = (iteration, decision)
-                return self._resolve_deferred()
-            return decision
-        return None
-
-    def _resolve_deferred(self) -> Optional[TrialDecision]:
-        """A deferred RESTART: applied once some rank reported after its round (so that
-        round was not the last), dropped when every rank finished without another report
-        (the run's final report is never exploited); until then, wait."""
-        if self._deferred is None:
-            return None
-        assert self.tracker is not None
-        iteration, decision = self._deferred
-        if any(i > iteration for i in self.tracker.pending):
-            self._deferred = None
-            assert decision.prepare is not None
-            return decision.prepare()
-        if self.tracker.all_finished:
-            self._cancel_deferred()
-        return None
-
-    def _cancel_deferred(self) -> None:
-        if self._deferred is not None:
-            decision = self._deferred[1]
-            self._deferred = None
-            if decision.cancel is not None:
-                decision.cancel()
-
     # --- helpers ---------------------------------------------------------------
-    def _keep_timeline(self) -> None:
-        """Put rank 0's marks of this attempt in the run record (``timeline.rank0``),
-        next to the driver's. Best effort: a timeline never fails a run."""
-        try:
-            assert self.group is not None
-            marks = self.group.worker_call(0, "timeline", timeout=5.0)
-            self.record.data["timeline"] = {"rank0": marks}
-        except Exception as exc:  # noqa: BLE001 - diagnostics only
-            logger.debug("No timeline from rank 0: %s", exc)
-
     def _teardown(self, graceful: bool = False) -> None:
         if self.group is not None:
             try:

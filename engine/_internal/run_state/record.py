@@ -194,6 +194,15 @@ class RunRecord:
             logger.info("Rebuilt the row of round %d from the commit marker of %s.",
                         tracked.iteration, tracked.dir_name)
 
+    def keep_rank0_timeline(self, group: Any) -> None:
+        """Put rank 0's marks of this attempt in the record (``timeline.rank0``), next
+        to the driver's. Best effort: a timeline never fails a run."""
+        try:
+            marks = group.worker_call(0, "timeline", timeout=5.0)
+            self.data["timeline"] = {"rank0": marks}
+        except Exception as exc:  # noqa: BLE001 - diagnostics only
+            logger.debug("No timeline from rank 0: %s", exc)
+
     def clean_staging(self, keep: Optional[Set[str]] = None) -> None:
         """Delete the staging area (but the rounds' directories in ``keep``). A worker
         killed a moment ago (a stop decision kills the group mid-loop) may still be
