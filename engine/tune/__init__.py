@@ -23,7 +23,7 @@ from engine.tune import stopper
 from engine.tune._legacy import run, with_parameters
 from engine.tune._trainable import with_resources
 from engine.tune.analysis import ExperimentAnalysis, TuneError
-from engine.tune.optuna_search import OptunaSearch
+from engine.tune.search.optuna import OptunaSearch
 from engine.tune.result_grid import ResultGrid
 from engine.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler, FIFOScheduler,
                                     HyperBandForBOHB, HyperBandScheduler, MedianStoppingRule,
