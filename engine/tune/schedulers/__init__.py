@@ -13,7 +13,8 @@ The code lives at Ray's module paths (``async_hyperband``, ``median_stopping_rul
 from __future__ import annotations
 
 from engine.tune.schedulers.async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
-from engine.tune.schedulers.hyperband import HyperBandForBOHB, HyperBandScheduler
+from engine.tune.schedulers.hb_bohb import HyperBandForBOHB
+from engine.tune.schedulers.hyperband import HyperBandScheduler
 from engine.tune.schedulers.median_stopping_rule import MedianStoppingRule
 from engine.tune.schedulers.pbt import PBT, PopulationBasedTraining
 from engine.tune.schedulers.trial_scheduler import Exploit, FIFOScheduler, TrialScheduler
