@@ -119,7 +119,8 @@ POLL_TIMEOUT_S = 0.5
 # of one per report (each round trip is about a millisecond of the worker's CPU).
 REPORT_BATCH_WINDOW_S = 0.1
 
-# "0" turns off the worker's gc.freeze() before train_func (see engine/_internal/worker_group/worker.py).
+# "0" turns off the worker's gc.freeze() before train_func (see
+# engine/_internal/worker_group/worker.py).
 GC_FREEZE_ENV_VAR = _setting(
     "TRAINYARD_GC_FREEZE", "1",
     "0 stops workers freezing their start-up heap (gc.freeze) before train_func.")

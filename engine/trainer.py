@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
-from engine._internal.worker_group.backend import BackendConfig
 from engine._internal.execution.controller import Controller, RunSpec
+from engine._internal.worker_group.backend import BackendConfig
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig, check_no_search_space
 from engine.exceptions import ConfigError

@@ -58,7 +58,7 @@ class HorovodConfig(BackendConfig):
         verbose: 0 is quiet; 1 or more logs the rendezvous server's requests.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     nics: Optional[Sequence[str]] = None
     timeout_s: int = 300

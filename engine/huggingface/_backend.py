@@ -47,7 +47,7 @@ class HuggingFaceTorchConfig(TorchConfig):
     files: Dict[str, str] = field(default_factory=dict)
     fsdp_on_cpu: bool = False
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     @classmethod
     def from_torch_config(cls, config: Optional[TorchConfig], **extra: object

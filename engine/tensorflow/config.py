@@ -47,7 +47,7 @@ class TensorflowConfig(BackendConfig):
             Set it above your longest interval between reports; None disables it.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     legacy_keras: bool = True
     timeout_s: Optional[float] = 1800.0

@@ -34,7 +34,7 @@ class TorchConfig(BackendConfig):
             300 s, so that a short collective timeout does not fail a slow start.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     backend: Optional[str] = None
     init_method: str = "tcp"

@@ -12,8 +12,8 @@ import dataclasses
 import logging
 from typing import Any, Dict, List, Optional
 
-from engine._internal.storage import filesystem as _storage
 from engine._internal.run_state.record import _jsonable
+from engine._internal.storage import filesystem as _storage
 from engine.config import RunConfig
 
 logger = logging.getLogger("engine")

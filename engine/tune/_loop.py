@@ -20,17 +20,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine._internal.storage import filesystem as _storage
 from engine._internal.execution import trial as _trial
 from engine._internal.execution.callback_runner import CallbackRunner
 from engine._internal.execution.controller import Controller, RunSpec, TrialAction, TrialDecision
-from engine._internal.run_state.record import _jsonable
 from engine._internal.execution.stopping import StopCheck, make_stopper
 from engine._internal.execution.trial import Trial
+from engine._internal.run_state.record import _jsonable
+from engine._internal.storage import filesystem as _storage
 from engine._internal.worker_group.group import WorkerGroup
 from engine._internal.worker_group.pool import WorkerGroupPool, shared_pool
-from engine.checkpoint import Checkpoint
 from engine.callbacks import Callback
+from engine.checkpoint import Checkpoint
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
@@ -42,9 +42,9 @@ from engine.tune._pbt import PBT_POLICY_FILE, copy_donor_checkpoint
 from engine.tune._progress import ProgressReporter
 from engine.tune._restore import PAUSED, restore_trials
 from engine.tune._trainable import Trainable
+from engine.tune._trial_names import searched, short, trial_tag
 from engine.tune.schedulers import Exploit, TrialScheduler
 from engine.tune.search import Path, Searcher, get_path, leaves, path_name
-from engine.tune._trial_names import searched, short, trial_tag
 from engine.tune.tune_config import TuneConfig
 
 logger = logging.getLogger("engine")

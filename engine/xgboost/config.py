@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional
 
-from engine._internal.worker_group.backend import Backend
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
                                           set_worker_params)
+from engine._internal.worker_group.backend import Backend
 
 if TYPE_CHECKING:
     from engine._internal.worker_group.group import WorkerGroup
@@ -71,7 +71,7 @@ class XGBoostConfig(GBDTConfig):
     """
 
     _backend = XGBoostBackend
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset frees tracker and communicator
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset frees tracker and communicator
 
 
 # --- worker side -------------------------------------------------------------------------

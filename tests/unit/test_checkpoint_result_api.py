@@ -12,8 +12,8 @@ import pytest
 
 from engine import (Checkpoint, CheckpointConfig, ConfigError, FailureConfig, Result,
                     RunConfig)
-from engine._internal.worker_group.output_capture import OutputFiles, capture
 from engine._internal.storage.filesystem import Storage
+from engine._internal.worker_group.output_capture import OutputFiles, capture
 from engine.config import log_file_names
 from engine.exceptions import CheckpointError
 from engine.trainer import DataParallelTrainer

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from engine import ScalingConfig
+from engine._internal.storage.filesystem import Storage
 from engine._internal.worker_group.session import (TrainContext, TrialResources, resource_bundles,
                                       working_dir)
-from engine._internal.storage.filesystem import Storage
 from engine._internal.worker_group.worker import _in_dir
 
 

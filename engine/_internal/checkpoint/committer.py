@@ -28,13 +28,13 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Set
 
 from engine import constants
-from engine._internal.storage import filesystem as _storage
 from engine._internal.checkpoint.manager import CheckpointManager, TrackedCheckpoint
 from engine._internal.execution.failure_policy import FatalError
 from engine._internal.execution.report_handler import Round
 from engine._internal.execution.rounds import RoundTracker
 from engine._internal.run_state.record import RunRecord
 from engine._internal.run_state.spec import RunSpec
+from engine._internal.storage import filesystem as _storage
 from engine._internal.worker_group.session import ReportItem
 from engine.checkpoint import Checkpoint
 from engine.exceptions import StorageError

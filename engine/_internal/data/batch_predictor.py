@@ -15,9 +15,9 @@ import numpy as np
 from engine import constants
 from engine import preprocessors as _pp
 from engine._internal.data import batches as _batches
-from engine._internal.storage import filesystem as _storage
 from engine._internal.data.datasets import to_ray_dataset
 from engine._internal.ray_runtime.start import ensure_ray
+from engine._internal.storage import filesystem as _storage
 from engine.checkpoint import Checkpoint
 from engine.exceptions import ConfigError
 from engine.predictor import Predictor, get_predictor_class, required_columns

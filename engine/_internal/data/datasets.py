@@ -274,7 +274,7 @@ def materialize_splits(datasets: Dict[str, Any], data_config: DataConfig, n: int
                        ) -> Dict[str, List[Any]]:
     """For each dataset, one materialised dataset per worker: read (and preprocessed)
     into the object store now, split ones cut into ``n`` equal parts. Iterating them
-    later runs no CPU task (``data_plan`` MATERIALIZE)."""
+    later runs no CPU task (``data.plan`` MATERIALIZE)."""
     out: Dict[str, List[Any]] = {}
     for name, data in datasets.items():
         ds = to_ray_dataset(name, data).materialize()

@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from engine import constants
 from engine._internal.execution import trial as _trial
-from engine._internal.storage.filesystem import scrub
 from engine._internal.execution.trial import Trial
+from engine._internal.storage.filesystem import scrub
 from engine.callbacks.files import CSVLoggerCallback, JsonLoggerCallback
 
 logger = logging.getLogger("engine")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence
 
-from engine._internal.worker_group.session import ReportItem
 from engine._internal.worker_group.metrics import reduce_metrics
+from engine._internal.worker_group.session import ReportItem
 from engine.checkpoint import Checkpoint
 
 

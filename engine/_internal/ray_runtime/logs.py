@@ -185,7 +185,8 @@ def sweep_worker_logs_if_due(only_own: bool = True) -> None:
     session's own Rays). Best effort: never fails the caller."""
     global _last_sweep
     now = time.monotonic()
-    if (only_own and not instance.started_by_trainyard()) or now - _last_sweep < WORKER_LOGS_SWEEP_AFTER_S:
+    if ((only_own and not instance.started_by_trainyard())
+            or now - _last_sweep < WORKER_LOGS_SWEEP_AFTER_S):
         return
     _last_sweep = now
     try:

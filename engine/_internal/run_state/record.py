@@ -3,7 +3,7 @@
 It holds the state, the committed checkpoints with their scores, and every round's
 metrics (rank 0's and all ranks'). It is written with each checkpoint, before that
 checkpoint's commit marker and before any old checkpoint is deleted, so a crash at any
-point leaves a record that a resume can trust (see ``checkpoint_committer``); checkpoint
+point leaves a record that a resume can trust (see ``checkpoint.committer``); checkpoint
 directories committed after the last snapshot are adopted from their commit markers.
 It also builds the ``Result`` a run (or a Tuner's stored trial) returns.
 """

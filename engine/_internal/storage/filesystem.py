@@ -1,7 +1,7 @@
 """The one place that talks to storage (pyarrow.fs): local paths, s3://, gs://, memory://.
 
 Every write that must survive a crash is atomic: files are written (and fsynced on local
-disks), then made visible by a rename or a marker written last (``storage_commit``).
+disks), then made visible by a rename or a marker written last (``storage.commit``).
 
 Object stores (S3, GCS) have no directories and no rename: files are written with one
 PUT each (no directory-marker objects), "moving" is a server-side copy and delete per
@@ -9,9 +9,9 @@ file, and deleting a committed directory removes its commit marker first, so a
 half-deleted checkpoint never looks committed.
 
 The public face of this module is ``engine.storage``; the parts live beside it:
-``storage_paths`` (paths and URIs to filesystems, the storage root), ``storage_retry``
-(which errors are retried), ``storage_commit`` (the atomic directory commit),
-``storage_s3`` (whole reads and conditional writes on S3 through boto3) and ``uris``
+``storage.paths`` (paths and URIs to filesystems, the storage root), ``storage.retry``
+(which errors are retried), ``storage.commit`` (the atomic directory commit),
+``storage.s3`` (whole reads and conditional writes on S3 through boto3) and ``uris``
 (secrets kept out of logs). Their names are importable from here too, as before.
 """
 
@@ -97,7 +97,7 @@ class Storage:
     atomic directory commit.
 
     Paths given to the methods are paths inside ``fs`` (``join(st.root, ...)``), not
-    URIs. Operations on remote storage retry transient errors (see ``storage_retry``).
+    URIs. Operations on remote storage retry transient errors (see ``storage.retry``).
 
     Example:
         >>> st = Storage.from_path("s3://bucket/runs?endpoint_override=host:9000")
@@ -179,7 +179,7 @@ class Storage:
     def read_bytes(self, path: str) -> bytes:
         """The file's bytes: on an object store, one version of it, whole.
 
-        On S3 that is one GET through boto3 (``storage_s3``): pyarrow's reads take the
+        On S3 that is one GET through boto3 (``storage.s3``): pyarrow's reads take the
         object's size first and then fetch that many bytes with ranged GETs, so a read
         that overlaps a replace (a run record its driver rewrites while another process
         reads it) would get the new version cut at the old length. Without boto3, and
@@ -207,7 +207,7 @@ class Storage:
 
     def _sdk_client(self) -> Any:
         """boto3's client for this S3 filesystem, or None (not S3, no boto3, or options
-        it is not given: see ``storage_s3``)."""
+        it is not given: see ``storage.s3``)."""
         if self.fs.type_name != "s3" or not isinstance(self.fs, pafs.S3FileSystem):
             return None  # (a stand-in filesystem in tests may call itself s3)
         try:
@@ -359,7 +359,7 @@ class Storage:
         except FileNotFoundError:
             pass
 
-    # --- the atomic directory commit (storage_commit) ----------------------------
+    # --- the atomic directory commit (storage.commit) ----------------------------
     def commit_dir(self, staging: str, dest: str, marker: Dict[str, Any],
                    replace: bool = False) -> Dict[str, Any]:
         """Make the staged directory ``staging`` the committed directory ``dest``: its

@@ -61,7 +61,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 class ServiceError(OSError):
     """An object store's answer from a client that reports it typed (boto3, in
-    ``storage_s3``): its error code and HTTP status, each None when unknown."""
+    ``storage.s3``): its error code and HTTP status, each None when unknown."""
 
     def __init__(self, message: str, code: Optional[str], status: Optional[int]) -> None:
         super().__init__(message)

@@ -8,7 +8,7 @@
   checks the body's length against the answer's ``Content-Length``. It is also one
   request where pyarrow's read takes two.
 * Conditional PUTs (``If-None-Match``, ``If-Match``), which the run lease takes its
-  lease with (``run_lease``).
+  lease with (``run_state.lease``).
 
 A client is made once per process and set of filesystem options and shared by the
 process's threads (boto3 clients are thread-safe; each is made from its own session,

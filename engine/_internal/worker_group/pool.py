@@ -2,7 +2,7 @@
 ``engine.reuse_workers()``, across the fits and tunes of one process.
 
 A trial or fit whose workers all finished hands its group to the pool instead of killing
-it, once every worker undid what the run left in its process (``worker_reset``: the
+it, once every worker undid what the run left in its process (``worker_group.reset``: the
 framework's collective, its environment, the user's modules); the next trial or
 fit with the same shape (resources, worker count, env) starts on it, skipping the
 placement group and the process start. Idle groups still hold their placement group, so

@@ -13,10 +13,10 @@ import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from engine import constants
-from engine._internal.worker_group import session as _session
-from engine._internal.run_state import timeline
-from engine._internal.worker_group import reset as worker_reset
 from engine._internal.execution.failure_diagnosis import worker_raised
+from engine._internal.run_state import timeline
+from engine._internal.worker_group import session as _session
+from engine._internal.worker_group import reset as worker_reset
 from engine._internal.worker_group.output_capture import capture
 from engine.exceptions import WorkerError
 

@@ -9,8 +9,8 @@ import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from engine.exceptions import ConfigError
-from engine.tune.schedulers.trial_scheduler import Decision, Exploit, TrialScheduler
 from engine.tune.schedulers.median_stopping_rule import percentile
+from engine.tune.schedulers.trial_scheduler import Decision, Exploit, TrialScheduler
 
 
 class ASHAScheduler(TrialScheduler):
