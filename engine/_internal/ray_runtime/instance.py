@@ -10,7 +10,6 @@ from engine._internal.ray_runtime.versions import written_for
 
 logger = logging.getLogger(__name__)
 
-
 # Whether this process's Ray instance was started by ensure_ray (sized by trainyard).
 _started_here = False
 

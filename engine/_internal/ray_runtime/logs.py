@@ -14,12 +14,9 @@ from engine._internal.ray_runtime.versions import written_for
 
 logger = logging.getLogger(__name__)
 
-
 #: The workers' log files that Ray's log monitor has not opened (yet) count as read
 #: once unchanged this long: the monitor looks at them every 0.1 s while they are quiet.
 _LOG_FILES_QUIET_S = 0.25
-
-
 #: ... and the console as up to date once no batch of lines arrived this long.
 _LOG_BATCH_QUIET_S = 0.1
 
@@ -116,14 +113,10 @@ def _streamed(name: str) -> bool:
 #: A dead worker's log files are moved out of the session's log directory once they
 #: have been unchanged this long (Ray's log monitor reads them every 0.1 s).
 WORKER_LOGS_SWEEP_AFTER_S = 60.0
-
-
 # A worker's stdout/stderr (worker-<worker id>-<job id>-<pid>.out/.err) and its core
 # worker's log (python-core-worker-<worker id>_<pid>.log), as Ray 2.60 names them.
 _WORKER_LOG = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-(\d+)\.(?:out|err)"
                          r"|python-core-worker-[0-9a-f]+_(\d+)\.log)$")
-
-
 _last_sweep = 0.0
 
 

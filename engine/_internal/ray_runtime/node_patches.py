@@ -140,8 +140,6 @@ def _prompt_registration_wait(before: frozenset = frozenset()):
 # retries for a while), and how long the engine polls in all while the raylet runs
 # (see _prompt_registration_wait).
 _REGISTRATION_WAIT_S = 30.0
-
-
 _REGISTRATION_WAIT_ALIVE_S = 180.0
 
 

@@ -19,7 +19,6 @@ from engine._internal.ray_runtime.versions import written_for
 
 logger = logging.getLogger(__name__)
 
-
 # Held while ensure_ray starts or joins Ray: a call from another thread (a job driver
 # that joins the cluster in the background while it imports) waits for that one.
 _init_lock = threading.Lock()
@@ -57,8 +56,6 @@ def ensure_ray(background: bool = False) -> None:
 
 # The thread of an ensure_ray(background=True) start (one per process), and its guard.
 _background_thread: "threading.Thread | None" = None
-
-
 _background_lock = threading.Lock()
 
 
@@ -154,7 +151,6 @@ def _init_ray() -> None:
 _PROMPT_STORE_CONNECT = {"raylet_client_connect_timeout_milliseconds": 20,
                          "raylet_client_num_connect_attempts": 500}
 
-
 # A driver's (and a worker's) core worker waits, when it shuts down, for its last task
 # events to reach the GCS (up to task_events_shutdown_flush_timeout_ms): the driver's
 # part of ray.shutdown() took 0.26 s in 6 of 6 exits on the 2-core development VM, and
@@ -176,6 +172,4 @@ def _system_config(niceness: int) -> dict:
 
 # How Ray 2.60's Node reports a raylet that did not register with its GCS in 30 s.
 _START_TIMEOUT = "timed out during startup"
-
-
 LOCAL_START_ATTEMPTS = 3

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import math
-import random
-import statistics
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 from engine.exceptions import ConfigError
 from engine.tune.schedulers.median_stopping_rule import percentile
-from engine.tune.schedulers.trial_scheduler import Decision, Exploit, TrialScheduler
+from engine.tune.schedulers.trial_scheduler import Decision, TrialScheduler
 
 
 class ASHAScheduler(TrialScheduler):

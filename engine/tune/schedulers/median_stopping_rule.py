@@ -3,14 +3,11 @@ the same point (Ray Tune's ``ray.tune.schedulers.median_stopping_rule``)."""
 
 from __future__ import annotations
 
-import copy
 import math
-import random
 import statistics
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from engine.exceptions import ConfigError
-from engine.tune.schedulers.trial_scheduler import Decision, Exploit, TrialScheduler
+from engine.tune.schedulers.trial_scheduler import Decision, TrialScheduler
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import math
 import random
-import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from engine.exceptions import ConfigError

@@ -3,14 +3,9 @@ values for the sampled leaves each time (Ray Tune's ``ray.tune.search.basic_vari
 
 from __future__ import annotations
 
-import copy
-import inspect
-import itertools
-import math
 import random
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
-from engine.exceptions import ConfigError
 from engine.tune.search.searcher import Searcher
 from engine.tune.search.variant_generator import grid_combinations, resolve
 

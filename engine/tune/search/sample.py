@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import copy
 import inspect
-import itertools
 import math
 import random
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from engine.exceptions import ConfigError
 

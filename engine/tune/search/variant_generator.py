@@ -4,14 +4,11 @@ values and fresh samples (Ray Tune's ``ray.tune.search.variant_generator``)."""
 from __future__ import annotations
 
 import copy
-import inspect
 import itertools
-import math
 import random
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
-from engine.exceptions import ConfigError
-from engine.tune.search.sample import GRID_KEY, Domain, Function, _Spec, grid_search, is_grid
+from engine.tune.search.sample import GRID_KEY, Domain, Function, is_grid
 
 
 Path = Tuple[str, ...]
