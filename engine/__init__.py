@@ -9,8 +9,8 @@ Heavy frameworks (torch, tensorflow, xgboost, …) are imported by their subpack
 from __future__ import annotations
 
 from engine import session
+from engine._internal.worker_group.pool import reuse_workers
 from engine.checkpoint import Checkpoint
-from engine._internal.worker_pool import reuse_workers
 from engine.config import (CheckpointConfig, DataConfig, FailureConfig, RunConfig,
                            ScalingConfig)
 from engine.exceptions import (CheckpointError, ConfigError, StorageError,

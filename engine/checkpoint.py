@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple
 
 from engine import constants
 from engine import preprocessors as _pp
-from engine._internal import storage as _storage
+from engine._internal.storage import filesystem as _storage
 from engine.exceptions import CheckpointError
 
 if TYPE_CHECKING:  # pyarrow loads when storage is first used, not with engine

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from engine._internal.uris import redact
+from engine._internal.storage.uris import redact
 from engine.constants import METRICS_REDUCE_OPS
 from engine.exceptions import ConfigError
 

@@ -119,7 +119,8 @@ POLL_TIMEOUT_S = 0.5
 # of one per report (each round trip is about a millisecond of the worker's CPU).
 REPORT_BATCH_WINDOW_S = 0.1
 
-# "0" turns off the worker's gc.freeze() before train_func (see engine/_internal/worker.py).
+# "0" turns off the worker's gc.freeze() before train_func (see
+# engine/_internal/worker_group/worker.py).
 GC_FREEZE_ENV_VAR = _setting(
     "TRAINYARD_GC_FREEZE", "1",
     "0 stops workers freezing their start-up heap (gc.freeze) before train_func.")
@@ -205,7 +206,7 @@ RLLIB_SKIP_TF_IMPORT_ENV_VAR = _setting(
     "0 lets an RLTrainer worker with a torch algorithm import TensorFlow as RLlib does.")
 
 
-# --- storage (engine/_internal/storage.py) ---------------------------------------------
+# --- storage (engine/_internal/storage/filesystem.py) ---------------------------------------------
 # An object store that stalls (a network blip, a server restarting, throttling) must not
 # fail a run that would go on a few seconds later: remote operations are retried with
 # backoff while their error looks transient, for up to this many seconds.

@@ -25,8 +25,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from engine._internal import batches as _batches
-from engine._internal.batch_predictor import BatchPredictor
+from engine._internal.data import batches as _batches
+from engine._internal.data.batch_predictor import BatchPredictor
 from engine._internal.metrics import (CLASSIFICATION_METRICS, CONFUSION_MATRIX_FILE,
                                       REGRESSION_METRICS, TASKS, MetricSpec,
                                       classification_metrics, infer_task,

@@ -19,7 +19,7 @@ checkpoint may unpickle it (dict checkpoints, custom preprocessors): trusted one
 
 from __future__ import annotations
 
-from engine._internal.batch_predictor import BatchPredictor
+from engine._internal.data.batch_predictor import BatchPredictor
 from engine.evaluate import evaluate
 from engine.exceptions import FrameworkMismatchError, MissingColumnsError
 from engine.predictor import (DEFAULT_BATCH_SIZE, Predictor, get_predictor_class,

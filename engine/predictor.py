@@ -2,7 +2,7 @@
 
 Framework predictors (``engine.torch.TorchPredictor`` …) subclass :class:`Predictor`;
 users import these names from the facade ``engine.predict``. This module sits below
-``engine.evaluate`` and ``engine._internal.batch_predictor``, which import it.
+``engine.evaluate`` and ``engine._internal.data.batch_predictor``, which import it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type, Union
 
 import numpy as np
 
-from engine._internal import batches as _batches
+from engine._internal.data import batches as _batches
 from engine.checkpoint import Checkpoint
 from engine.constants import DEFAULT_PREDICT_BATCH_SIZE as DEFAULT_BATCH_SIZE
 from engine.exceptions import ConfigError, FrameworkMismatchError

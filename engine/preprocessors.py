@@ -26,7 +26,7 @@ import json
 import pickle
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from engine._internal.storage import Storage, join
+from engine._internal.storage.filesystem import Storage, join
 from engine.exceptions import CheckpointError, ConfigError
 
 JSON_FILE = "preprocessor.json"

@@ -55,7 +55,7 @@ class Result:
         :attr:`metrics_dataframe`)."""
         import pandas as pd
 
-        from engine._internal.worker_metrics import worker_rows
+        from engine._internal.worker_group.metrics import worker_rows
 
         return pd.DataFrame([_flatten(r) for r in worker_rows(self.history,
                                                                 self.worker_history)])
@@ -91,7 +91,7 @@ class Result:
             FileNotFoundError: ``path`` holds no run record (``run_state.json``).
         """
         from engine import constants
-        from engine._internal import storage as _storage
+        from engine._internal.storage import filesystem as _storage
         from engine.exceptions import TrainingFailedError
 
         path = os.fspath(path)
@@ -133,7 +133,7 @@ class Result:
             RuntimeError: The run kept no checkpoint, or none was reported with
                 ``metric`` (the message lists the metrics that were).
         """
-        from engine._internal.checkpoint_manager import _lookup
+        from engine._internal.checkpoint.manager import _lookup
         from engine.config import score_is_better
 
         if mode not in ("max", "min"):

@@ -26,6 +26,6 @@ Example::
 
 from __future__ import annotations
 
-from engine._internal.ray_utils import ensure_ray
+from engine._internal.ray_runtime.start import ensure_ray
 
 __all__ = ["ensure_ray"]

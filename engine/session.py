@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from engine._internal.session import TrainContext, require_session
+from engine._internal.worker_group.session import TrainContext, require_session
 
 
 def report(metrics: Dict[str, Any], checkpoint: Optional[Any] = None) -> None:

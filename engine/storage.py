@@ -28,9 +28,9 @@ Names:
 
 from __future__ import annotations
 
-from engine._internal.storage import Storage
-from engine._internal.storage_paths import default_root, is_uri, join, resolve
-from engine._internal.uris import redact, scrub
+from engine._internal.storage.filesystem import Storage
+from engine._internal.storage.paths import default_root, is_uri, join, resolve
+from engine._internal.storage.uris import redact, scrub
 from engine.exceptions import StorageError
 
 __all__ = ["Storage", "StorageError", "default_root", "is_uri", "join", "redact",

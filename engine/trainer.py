@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import Controller, RunSpec
+from engine._internal.execution.controller import Controller, RunSpec
+from engine._internal.worker_group.backend import BackendConfig
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig, check_no_search_space
 from engine.exceptions import ConfigError
@@ -39,14 +39,14 @@ class BaseTrainer:
             FileNotFoundError: ``path`` holds no trainer (see :meth:`can_restore`).
             ConfigError: another trainer class wrote it, or a dataset is missing.
         """
-        from engine._internal.trainer_state import restore_trainer
+        from engine._internal.execution.trainer_state import restore_trainer
 
         return restore_trainer(cls, path, datasets, storage_filesystem, kwargs)
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
         """Whether ``path`` is a run directory that :meth:`restore` can resume."""
-        from engine._internal.trainer_state import can_restore
+        from engine._internal.execution.trainer_state import can_restore
 
         return can_restore(path, storage_filesystem)
 
@@ -54,9 +54,9 @@ class BaseTrainer:
         """Run ``spec``, keeping this trainer in the run directory for :meth:`restore`
         once the run is this driver's and its storage is checked (a bad storage path is
         a StorageError, another driver's live run a RunInProgressError, writing nothing)."""
-        from engine._internal.trainer_state import save_trainer
+        from engine._internal.execution.trainer_state import save_trainer
 
-        from engine._internal.worker_pool import resettable, shared_pool
+        from engine._internal.worker_group.pool import resettable, shared_pool
 
         pool = shared_pool()
         if pool is not None and resettable(spec.backend_config):
@@ -136,7 +136,7 @@ class DataParallelTrainer(BaseTrainer):
         self.backend_config = backend_config or self._default_backend_config()
         self.datasets = dict(datasets or {})
         if self.datasets:
-            from engine._internal.data import check_dataset_inputs
+            from engine._internal.data.datasets import check_dataset_inputs
 
             check_dataset_inputs(self.datasets)
         self.dataset_config = dataset_config or DataConfig()
@@ -193,7 +193,7 @@ class DataParallelTrainer(BaseTrainer):
         self._check_checkpoint_config()
         datasets = self.datasets
         if self.preprocessor is not None:
-            from engine._internal.data import prepare_datasets
+            from engine._internal.data.datasets import prepare_datasets
 
             datasets = prepare_datasets(self.datasets, self.preprocessor)
         spec = RunSpec(
@@ -255,6 +255,6 @@ def _check_train_func(train_func: Callable) -> None:
                 f"train_loop_per_worker {getattr(train_func, '__name__', train_func)!r} "
                 f"takes ({', '.join(required)}): it must take no argument or one (config), "
                 "e.g. def train_func(config): ...; put the rest in train_loop_config.")
-    from engine._internal.pickling import check_picklable
+    from engine._internal.execution.pickling import check_picklable
 
     check_picklable(train_func, "train_loop_per_worker")

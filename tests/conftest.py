@@ -96,7 +96,7 @@ def pytest_runtest_teardown(item, nextitem):
     monitor lists the log directory 50 times a second, so its CPU grew with every
     worker the session ever started."""
     if "ray" in sys.modules:
-        from engine._internal.ray_utils import sweep_worker_logs_if_due
+        from engine._internal.ray_runtime.logs import sweep_worker_logs_if_due
 
         sweep_worker_logs_if_due(only_own=False)
 
@@ -379,7 +379,7 @@ def _free_port() -> int:
     kernel handed out for port 0 could be taken by the next process that binds port 0
     (Ray's gRPC servers do, in other test processes) before the server binds it (CI: a
     Prefect server's port answered in HTTP/2, Ray's)."""
-    from engine._internal.worker import draw_free_port
+    from engine._internal.worker_group.worker import draw_free_port
 
     return draw_free_port()
 

@@ -8,9 +8,9 @@ import os
 import signal
 from typing import Any, Dict, List, Optional
 
-from engine._internal import failure_diagnosis
-from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult, WorkerMeta
+from engine._internal.execution import failure_diagnosis
+from engine._internal.worker_group.group import PollResult, WorkerMeta
+from engine._internal.worker_group.session import ReportItem
 from engine.callbacks import Callback
 
 NODE = "127.0.0.1"

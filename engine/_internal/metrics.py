@@ -207,7 +207,7 @@ def write_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[Any
     """Write ``confusion_matrix.png`` into ``output_dir`` (a new temporary directory when
     None; a URI goes through pyarrow.fs) and return its path."""
     from engine._internal.plotting import write_png
-    from engine._internal.storage import is_uri, join
+    from engine._internal.storage.filesystem import is_uri, join
 
     if output_dir is None:
         output_dir = tempfile.mkdtemp(prefix="trainyard_eval_")

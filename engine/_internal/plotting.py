@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from engine import constants
-from engine._internal.storage import Storage, is_uri, join, resolve
+from engine._internal.storage.filesystem import Storage, is_uri, join, resolve
 
 
 def plot_curves(frames: Dict[str, Any], metrics: Optional[Sequence[str]] = None,

@@ -24,7 +24,7 @@ tensorboardX and MLflow are imported only when such a callback starts logging.
 
 from __future__ import annotations
 
-from engine._internal.trial import Trial
+from engine._internal.execution.trial import Trial
 from engine.callbacks.base import Callback, LoggerCallback
 from engine.callbacks.files import CSVLoggerCallback, JsonLoggerCallback
 from engine.callbacks.mlflow import MLflowLoggerCallback

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from engine._internal.trial import Trial
+from engine._internal.execution.trial import Trial
 
 
 class Callback:

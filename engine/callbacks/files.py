@@ -15,8 +15,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
-from engine._internal.storage import Storage, join
-from engine._internal.trial import Trial
+from engine._internal.execution.trial import Trial
+from engine._internal.storage.filesystem import Storage, join
 from engine.callbacks.base import LoggerCallback
 
 logger = logging.getLogger("engine")

@@ -9,8 +9,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from engine import constants
-from engine._internal.storage import join
-from engine._internal.trial import Trial
+from engine._internal.execution.trial import Trial
+from engine._internal.storage.filesystem import join
 from engine.callbacks.base import LoggerCallback
 from engine.callbacks.files import flatten, iteration_of
 from engine.callbacks.tensorboard import numeric_scalars

@@ -9,7 +9,7 @@ import time
 from typing import Any, Dict, Optional
 
 from engine import constants
-from engine._internal.trial import Trial
+from engine._internal.execution.trial import Trial
 from engine.callbacks.base import LoggerCallback
 from engine.callbacks.files import flatten, iteration_of
 

@@ -13,11 +13,11 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 
-from engine._internal.backend import Backend, BackendConfig
+from engine._internal.worker_group.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError, WorkerGroupStartupError
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
     from engine.horovod._rendezvous import RendezvousServer
 
 logger = logging.getLogger("engine")
@@ -58,7 +58,7 @@ class HorovodConfig(BackendConfig):
         verbose: 0 is quiet; 1 or more logs the rendezvous server's requests.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     nics: Optional[Sequence[str]] = None
     timeout_s: int = 300
@@ -167,7 +167,7 @@ class HorovodBackend(Backend):
     def on_start(self, worker_group: "WorkerGroup", backend_config: HorovodConfig) -> None:
         import ray
 
-        from engine._internal.worker import _node_ip
+        from engine._internal.worker_group.worker import _node_ip
         from engine.horovod._rendezvous import RendezvousServer
 
         slots = plan_slots([m.node_id for m in worker_group.meta])

@@ -18,7 +18,7 @@ from engine import constants
 from engine.torch.config import TorchBackend, TorchConfig
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 # Driver settings that workers must see to behave like the driver: offline mode and
 # where the Hugging Face caches live. Tokens are not forwarded (set them on the nodes).
@@ -47,7 +47,7 @@ class HuggingFaceTorchConfig(TorchConfig):
     files: Dict[str, str] = field(default_factory=dict)
     fsdp_on_cpu: bool = False
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     @classmethod
     def from_torch_config(cls, config: Optional[TorchConfig], **extra: object

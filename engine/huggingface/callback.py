@@ -139,7 +139,7 @@ def _uploads_this_directory(folder: str) -> bool:
 
 
 def _node_rank() -> int:
-    from engine._internal.session import get_session
+    from engine._internal.worker_group.session import get_session
 
     session = get_session()
     return session.context.node_rank if session is not None else 0

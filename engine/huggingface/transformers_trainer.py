@@ -109,7 +109,7 @@ class TransformersTrainer(TorchTrainer):
                 "evaluation set itself and gathers the predictions of every rank: leave it "
                 "out of datasets_to_split (the default for TransformersTrainer is "
                 "['train']).")
-        from engine._internal.pickling import check_picklable
+        from engine._internal.execution.pickling import check_picklable
 
         check_picklable(trainer_init_per_worker, "trainer_init_per_worker")
         self.trainer_init_per_worker = trainer_init_per_worker

@@ -52,7 +52,7 @@ def setup_mlflow(config: Optional[Dict[str, Any]] = None,
     """
     import os
 
-    from engine._internal.session import get_session
+    from engine._internal.worker_group.session import get_session
 
     session = get_session()
     context = session.context if session is not None else None

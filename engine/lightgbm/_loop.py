@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal.gbdt.data import (TRAIN_DATASET, arrow_split, pandas_split,
                                         read_shard_table)
-from engine._internal import timeline
 from engine._internal.gbdt.loop import start_boosting
+from engine._internal.run_state import timeline
 from engine.lightgbm.config import get_network_params, import_lightgbm
 
 # LightGBM's aliases of num_threads and tree_learner (its docs' Parameters page).

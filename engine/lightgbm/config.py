@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict
 
-from engine._internal.backend import Backend, distinct_free_ports
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
                                           set_worker_params)
+from engine._internal.worker_group.backend import Backend, distinct_free_ports
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 _INSTALL_HINT = "engine.lightgbm needs LightGBM: pip install 'trainyard[lightgbm]'"
 
@@ -59,7 +59,7 @@ class LightGBMConfig(GBDTConfig):
     """
 
     _backend = LightGBMBackend
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset frees the network
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset frees the network
 
 
 # --- worker side -------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import copy
 import sys
 from typing import Any, Dict, Optional
 
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import RunSpec
+from engine._internal.execution.controller import RunSpec
+from engine._internal.worker_group.backend import BackendConfig
 from engine.checkpoint import Checkpoint
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError

@@ -8,11 +8,11 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
-from engine._internal.backend import Backend, BackendConfig, distinct_free_ports
+from engine._internal.worker_group.backend import Backend, BackendConfig, distinct_free_ports
 from engine.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 #: Set in the workers' environment before TensorFlow is imported there, so that
 #: ``tf.keras`` is Keras 2 (the ``tf-keras`` package): TensorFlow 2.21's Keras 3 does not
@@ -47,7 +47,7 @@ class TensorflowConfig(BackendConfig):
             Set it above your longest interval between reports; None disables it.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     legacy_keras: bool = True
     timeout_s: Optional[float] = 1800.0
@@ -136,7 +136,7 @@ def _listen_address() -> Tuple[str, int]:
     else its node's address and a port free now."""
     server_def = _collective_server_def()
     if server_def is None:
-        from engine._internal.worker import _node_ip, draw_free_port
+        from engine._internal.worker_group.worker import _node_ip, draw_free_port
 
         return _node_ip(), draw_free_port()
     host, port = _server_cluster(server_def)[server_def.task_index].rsplit(":", 1)
@@ -169,7 +169,7 @@ def _set_tf_config(tf_config: Dict[str, Any]) -> None:
 
 
 def reuse_problem() -> Optional[str]:
-    """Runs on a worker before it serves another fit (``engine._internal.worker_reset``):
+    """Runs on a worker before it serves another fit (``engine._internal.worker_group.reset``):
     why it cannot, or None. It can unless a collective server runs for other workers
     than the engine's TF_CONFIG named (a strategy given its own cluster resolver), or
     under a TensorFlow version the reuse was not checked against."""

@@ -67,7 +67,7 @@ def to_tf(shard: Any, feature_columns: Columns, label_columns: Columns, *,
 
 
 def _world_size() -> int:
-    from engine._internal.session import get_session
+    from engine._internal.worker_group.session import get_session
 
     session = get_session()
     return session.context.world_size if session is not None else 1

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 import numpy as np
 
 from engine import constants
-from engine._internal.batches import feature_matrix
+from engine._internal.data.batches import feature_matrix
 from engine.checkpoint import Checkpoint
 from engine.exceptions import CheckpointError, ConfigError
 from engine.predictor import Predictor

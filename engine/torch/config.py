@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Union
 
 from engine import constants
-from engine._internal.backend import Backend, BackendConfig
+from engine._internal.worker_group.backend import Backend, BackendConfig
 from engine.exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 # The least time the ranks get to join the process group (see TorchConfig).
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 300
@@ -34,7 +34,7 @@ class TorchConfig(BackendConfig):
             300 s, so that a short collective timeout does not fail a slow start.
     """
 
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset undoes its set-up
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset undoes its set-up
 
     backend: Optional[str] = None
     init_method: str = "tcp"

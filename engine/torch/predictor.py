@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from engine import constants
-from engine._internal.batches import feature_matrix
+from engine._internal.data.batches import feature_matrix
 from engine.checkpoint import Checkpoint, _load_dict, load_dict_safely
 from engine.exceptions import CheckpointError, ConfigError
 from engine.predictor import Predictor

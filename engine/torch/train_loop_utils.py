@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 from engine import constants
-from engine._internal.session import get_session
+from engine._internal.worker_group.session import get_session
 
 logger = logging.getLogger("engine")
 

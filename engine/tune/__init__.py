@@ -23,7 +23,6 @@ from engine.tune import stopper
 from engine.tune._legacy import run, with_parameters
 from engine.tune._trainable import with_resources
 from engine.tune.analysis import ExperimentAnalysis, TuneError
-from engine.tune.optuna_search import OptunaSearch
 from engine.tune.result_grid import ResultGrid
 from engine.tune.schedulers import (ASHAScheduler, AsyncHyperBandScheduler, FIFOScheduler,
                                     HyperBandForBOHB, HyperBandScheduler, MedianStoppingRule,
@@ -32,6 +31,7 @@ from engine.tune.search import (BasicVariantGenerator, ConcurrencyLimiter, Repea
                                 choice, grid_search, lograndint, loguniform, qlograndint,
                                 qloguniform, qrandint, qrandn, quniform, randint, randn,
                                 sample_from, uniform)
+from engine.tune.search.optuna import OptunaSearch
 from engine.tune.stopper import Stopper
 from engine.tune.tune_config import TuneConfig
 from engine.tune.tuner import Tuner

@@ -12,8 +12,8 @@ import dataclasses
 import logging
 from typing import Any, Dict, List, Optional
 
-from engine._internal import storage as _storage
-from engine._internal.run_record import _jsonable
+from engine._internal.run_state.record import _jsonable
+from engine._internal.storage import filesystem as _storage
 from engine.config import RunConfig
 
 logger = logging.getLogger("engine")
@@ -81,7 +81,7 @@ def _public(state: Dict[str, Any]) -> Dict[str, Any]:
 
 def open_experiment(storage_path: Optional[str], name: str, filesystem: Any = None
                     ) -> ExperimentStore:
-    from engine._internal.storage_paths import default_root
+    from engine._internal.storage.paths import default_root
 
     base = _storage.Storage.from_path(default_root(storage_path, filesystem), filesystem)
     return ExperimentStore(_storage.Storage(base.fs, _storage.join(base.root, name)))
@@ -105,7 +105,7 @@ def tuner_callbacks(callbacks: List[Any]) -> List[Any]:
     """The callbacks the Tuner calls. Every trial's own run already writes the default
     per-trial files (result.json, progress.csv); a user instance of one of those logger
     types would write them a second time, so it stands for the default instead."""
-    from engine._internal.callback_runner import default_callbacks
+    from engine._internal.execution.callback_runner import default_callbacks
 
     per_trial = {type(cb) for cb in default_callbacks([])}
     return [cb for cb in callbacks if type(cb) not in per_trial]

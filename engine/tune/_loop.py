@@ -20,20 +20,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from engine._internal import storage as _storage
-from engine._internal import trial as _trial
-from engine._internal.callback_runner import CallbackRunner
-from engine._internal.controller import Controller, RunSpec, TrialAction, TrialDecision
-from engine._internal.run_record import _jsonable
-from engine._internal.stopping import StopCheck, make_stopper
-from engine._internal.trial import Trial
-from engine._internal.worker_group import WorkerGroup
-from engine._internal.worker_pool import WorkerGroupPool, group_key, shared_pool
-from engine.checkpoint import Checkpoint
+from engine._internal.execution import trial as _trial
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.execution.controller import Controller, RunSpec, TrialAction, TrialDecision
+from engine._internal.execution.stopping import StopCheck, make_stopper
+from engine._internal.execution.trial import Trial
+from engine._internal.run_state.record import _jsonable
+from engine._internal.storage import filesystem as _storage
+from engine._internal.worker_group.group import WorkerGroup
+from engine._internal.worker_group.pool import WorkerGroupPool, shared_pool
 from engine.callbacks import Callback
+from engine.checkpoint import Checkpoint
 from engine.config import RunConfig
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
+from engine.tune._capacity import TrialCapacity
 from engine.tune._config_space import expand, rebuild
 from engine.tune._experiment import ExperimentStore, storable_run_config, tuner_callbacks
 from engine.tune._paused import PausedTrials
@@ -41,9 +42,9 @@ from engine.tune._pbt import PBT_POLICY_FILE, copy_donor_checkpoint
 from engine.tune._progress import ProgressReporter
 from engine.tune._restore import PAUSED, restore_trials
 from engine.tune._trainable import Trainable
+from engine.tune._trial_names import searched, short, trial_tag
 from engine.tune.schedulers import Exploit, TrialScheduler
 from engine.tune.search import Path, Searcher, get_path, leaves, path_name
-from engine.tune._trial_names import searched, short, trial_tag
 from engine.tune.tune_config import TuneConfig
 
 logger = logging.getLogger("engine")
@@ -132,17 +133,17 @@ class TrialLoop:
         self._pool = (shared or WorkerGroupPool()) if reuse else None
         self._max_trials = searcher.total_trials or tune_config.num_samples
         self._paused = PausedTrials(self)
-        self._capacity: Dict[str, float] = {}
+        self._capacity = TrialCapacity(self._pool)
         self.fail_fast_error: Optional[BaseException] = None
 
     # --- the loop --------------------------------------------------------------
     def run(self) -> List[TrialRun]:
         import ray
 
-        from engine._internal.ray_utils import ensure_ray
+        from engine._internal.ray_runtime.start import ensure_ray
 
         ensure_ray()
-        self._capacity = dict(ray.cluster_resources())
+        self._capacity.total = dict(ray.cluster_resources())
         budget = self.tune_config.time_budget_s
         start = time.monotonic()
         try:
@@ -209,7 +210,7 @@ class TrialLoop:
             if not self._pending and self._create() is None:
                 return
             run = self._pending[0]
-            if not self._fits(run):
+            if not self._capacity.fits(run, self.spec_of(run), self._running):
                 return
             self._pending.pop(0)
             self._start(run)
@@ -282,35 +283,6 @@ class TrialLoop:
                     "experiment_name": self.name}
             run.spec = self.trainable.make_spec(run.trial.config, rc, info)
         return run.spec
-
-    def _fits(self, run: TrialRun) -> bool:
-        """Whether the trial can start now without waiting for resources. Idle pooled
-        groups are evicted to make room; with nothing running a trial always starts
-        (the worker group explains what the cluster lacks)."""
-        spec = self.spec_of(run)
-        key = group_key(spec.scaling_config, spec.worker_env)
-        if self._pool is not None and self._pool.has(key):
-            run.assigned_group = self._pool.take(key)
-            if run.assigned_group is not None:
-                return True
-        need = spec.scaling_config.total_resources
-        spare = 1.0 if spec.datasets or any(r.spec and r.spec.datasets
-                                            for r in self._running) else 0.0
-        while True:
-            used = self._used()
-            if all(used.get(k, 0.0) + v <= self._capacity.get(k, 0.0)
-                   - (spare if k == "CPU" else 0.0) + 1e-9 for k, v in need.items()):
-                return True
-            if self._pool is None or not self._pool.evict_one():
-                return not self._running
-
-    def _used(self) -> Dict[str, float]:
-        used = dict(self._pool.reserved()) if self._pool is not None else {}
-        for r in self._running:
-            assert r.spec is not None
-            for k, v in r.spec.scaling_config.total_resources.items():
-                used[k] = used.get(k, 0.0) + v
-        return used
 
     def _start(self, run: TrialRun) -> None:
         spec = self.spec_of(run)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from engine._internal import trial as _trial
-from engine._internal.controller import TrialAction, TrialDecision
+from engine._internal.execution import trial as _trial
+from engine._internal.execution.controller import TrialAction, TrialDecision
 from engine.tune._restore import PAUSED
 from engine.tune.schedulers import Exploit, TrialScheduler
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from engine import constants
-from engine._internal import storage as _storage
-from engine._internal import trial as _trial
-from engine._internal.controller import RunState
-from engine._internal.run_record import RunRecord
+from engine._internal.execution import trial as _trial
+from engine._internal.execution.controller import RunState
+from engine._internal.run_state.record import RunRecord
+from engine._internal.storage import filesystem as _storage
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
 

@@ -7,9 +7,9 @@ import copy
 import functools
 from typing import Any, Callable, Dict, Optional
 
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import RunSpec
-from engine._internal.worker_pool import resettable
+from engine._internal.execution.controller import RunSpec
+from engine._internal.worker_group.backend import BackendConfig
+from engine._internal.worker_group.pool import resettable
 from engine.config import RunConfig, ScalingConfig
 from engine.exceptions import ConfigError
 

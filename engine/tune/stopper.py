@@ -9,7 +9,7 @@ Subclass :class:`Stopper` (``__call__(trial_id, result)`` and ``stop_all()``) fo
 
 from __future__ import annotations
 
-from engine._internal.stopping import (CombinedStopper, ExperimentPlateauStopper,
+from engine._internal.execution.stopping import (CombinedStopper, ExperimentPlateauStopper,
                                        FunctionStopper, MaximumIterationStopper, NoopStopper,
                                        Stopper, TimeoutStopper, TrialPlateauStopper)
 

@@ -80,7 +80,7 @@ class Tuner:
         Raises:
             FileNotFoundError: ``path`` holds no tuner state.
         """
-        from engine._internal import storage as _storage
+        from engine._internal.storage import filesystem as _storage
 
         fs, root = _storage.resolve(str(path), storage_filesystem)
         store = ExperimentStore(_storage.Storage(fs, root.rstrip("/")))
@@ -100,7 +100,7 @@ class Tuner:
     @classmethod
     def can_restore(cls, path: str, storage_filesystem: Any = None) -> bool:
         """Whether ``path`` holds a tuner state to restore."""
-        from engine._internal import storage as _storage
+        from engine._internal.storage import filesystem as _storage
 
         fs, root = _storage.resolve(str(path), storage_filesystem)
         return ExperimentStore(_storage.Storage(fs, root)).exists()

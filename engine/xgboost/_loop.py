@@ -6,8 +6,8 @@ import operator
 from typing import Any, Dict, List, Optional, Tuple
 
 from engine._internal.gbdt.data import TRAIN_DATASET, read_shard
-from engine._internal import timeline
 from engine._internal.gbdt.loop import start_boosting
+from engine._internal.run_state import timeline
 from engine.xgboost.config import import_xgboost
 
 _THREAD_PARAMS = ("nthread", "n_jobs")

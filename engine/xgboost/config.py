@@ -18,12 +18,12 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Optional
 
-from engine._internal.backend import Backend
 from engine._internal.gbdt.config import (GBDTConfig, get_worker_params, import_framework,
                                           set_worker_params)
+from engine._internal.worker_group.backend import Backend
 
 if TYPE_CHECKING:
-    from engine._internal.worker_group import WorkerGroup
+    from engine._internal.worker_group.group import WorkerGroup
 
 logger = logging.getLogger("engine")
 
@@ -71,7 +71,7 @@ class XGBoostConfig(GBDTConfig):
     """
 
     _backend = XGBoostBackend
-    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_reset frees tracker and communicator
+    REUSABLE_WORKERS: ClassVar[bool] = True  # worker_group.reset frees tracker and communicator
 
 
 # --- worker side -------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def get_collective_args() -> Optional[Dict[str, Any]]:
 def run_in_collective(train_func: Callable, config: Optional[Dict[str, Any]]) -> Any:
     """Run ``train_func`` inside XGBoost's communicator (what every worker of an
     XGBoostTrainer runs)."""
-    from engine._internal.worker import _call_train_func
+    from engine._internal.worker_group.worker import _call_train_func
 
     args = get_collective_args()
     if args is None:
@@ -134,7 +134,7 @@ def run_in_collective(train_func: Callable, config: Optional[Dict[str, Any]]) ->
     import_xgboost()
     from xgboost import collective
 
-    from engine._internal import timeline
+    from engine._internal.run_state import timeline
 
     with collective.CommunicatorContext(**args):
         timeline.mark("collective_joined")

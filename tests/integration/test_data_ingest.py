@@ -209,7 +209,7 @@ def test_s3_parquet_uri_input(ray_start_4_cpus, storage_path, s3_parquet, caplog
     """A URI carrying its endpoint, and a bare one (``s3://bucket/prefix``, as pipeline
     references hold) of a bucket this process opened with its endpoint: Ray Data's read
     tasks, in other processes, get the endpoint too."""
-    from engine._internal import storage as _storage
+    from engine._internal.storage import filesystem as _storage
 
     caplog.set_level(logging.INFO, logger="engine")
     uri = s3_parquet
@@ -408,7 +408,7 @@ def test_preprocessor_saved_in_a_checkpoint_round_trips(tmp_path, ray_start_4_cp
 
     from engine import Checkpoint
     from engine.preprocessors import save_preprocessor
-    from engine._internal.storage import Storage
+    from engine._internal.storage.filesystem import Storage
     from engine.preprocessors import Chain, MinMaxScaler, StandardScaler
 
     train, val = _scaler_data()

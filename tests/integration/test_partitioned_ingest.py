@@ -82,7 +82,7 @@ def counting(monkeypatch):
 @pytest.fixture(scope="module")
 def s3_events(s3_server):
     """10 daily partitions (2026-11-16 … 2026-11-25) of 100k rows each on S3."""
-    from engine._internal.storage import resolve
+    from engine._internal.storage.filesystem import resolve
 
     uri = s3_server.uri(f"lake/events-{os.getpid()}")
     fs, root = resolve(uri)

@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from engine._internal.storage import Storage
+from engine._internal.storage.filesystem import Storage
 from tests.conftest import REPO
 
 # Long enough that a caller started right after the owner's SIGKILL reaches its lease

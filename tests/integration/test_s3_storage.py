@@ -217,7 +217,7 @@ def test_resume_by_refit_after_failed_run(ray_start_4_cpus, s3_server, s3_storag
 
 def test_missing_bucket_fails_before_any_worker_starts(ray_start_4_cpus, s3_server,
                                                        monkeypatch):
-    from engine._internal import worker_group
+    from engine._internal.worker_group import group as worker_group
 
     def no_workers(self):
         raise AssertionError("a worker group was started for a missing bucket")

@@ -295,7 +295,7 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
         f.write("127.0.0.1:1\n")
 
     code = ("import os, ray\n"
-            "from engine._internal.ray_utils import ensure_ray\n"
+            "from engine._internal.ray_runtime.start import ensure_ray\n"
             "ensure_ray()\n"
             "node = ray._private.worker._global_node\n"
             "print(sorted(i.process.pid for infos in node.all_processes.values() "
@@ -333,7 +333,7 @@ def test_local_ray_starts_without_the_api_server_unless_asked():
     from tests.subprocess_env import driver_env
 
     code = ("import psutil, ray\n"
-            "from engine._internal.ray_utils import ensure_ray\n"
+            "from engine._internal.ray_runtime.start import ensure_ray\n"
             "ensure_ray()\n"
             "node = ray._private.worker._global_node\n"
             "print(ray.get(ray.remote(lambda: 6 * 7).remote()))\n"
@@ -354,7 +354,7 @@ def test_local_ray_starts_without_the_api_server_unless_asked():
 _MONITOR_SCRIPT = """
 import json, sys, time
 import psutil, ray
-from engine._internal.ray_utils import ensure_ray
+from engine._internal.ray_runtime.start import ensure_ray
 
 def monitors():
     return [p.pid for p in psutil.Process().children(recursive=True)
@@ -613,7 +613,7 @@ def test_a_gone_workers_log_files_are_swept_to_old(ray_start_4_cpus, storage_pat
     ``logs/old`` (where Ray itself moves such files) and the session runs on."""
     import ray
 
-    from engine._internal.ray_utils import sweep_worker_logs
+    from engine._internal.ray_runtime.logs import sweep_worker_logs
     from engine.trainer import DataParallelTrainer
 
     def fit():

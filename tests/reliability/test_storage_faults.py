@@ -141,9 +141,9 @@ def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs
     rank 0 failed staging round 2 on the disk that round filled. Round 1 is complete and
     must be committed: its commit (the run record, the marker) needs room, which the
     failed round's partial files took. No Ray: the worker group is scripted."""
-    from engine._internal.backend import BackendConfig
-    from engine._internal.controller import Controller, RunSpec
-    from engine._internal.worker_group import PollResult
+    from engine._internal.worker_group.backend import BackendConfig
+    from engine._internal.execution.controller import Controller, RunSpec
+    from engine._internal.worker_group.group import PollResult
     from tests.fakes import FakeWorkerGroup, raised
 
     run_dir = os.path.join(str(small_tmpfs), "run")
@@ -174,7 +174,7 @@ def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs
 
 def _stage(run_dir, attempt, iteration, rank, size):
     """What a rank stages for a round: a file in the run's staging area, and its report."""
-    from engine._internal.session import ReportItem
+    from engine._internal.worker_group.session import ReportItem
 
     staging = os.path.join(run_dir, ".staging", f"{attempt}_{iteration:06d}", f"rank_{rank}")
     os.makedirs(staging)
@@ -204,9 +204,9 @@ def test_a_disk_another_program_filled_fails_the_commit_cleanly_and_the_run_resu
     in-memory bookkeeping pointing at the checkpoint that never committed); once space
     is freed, fit() again resumes from round 1's checkpoint. No Ray: the worker group is
     scripted."""
-    from engine._internal.backend import BackendConfig
-    from engine._internal.controller import Controller, RunSpec
-    from engine._internal.worker_group import PollResult
+    from engine._internal.worker_group.backend import BackendConfig
+    from engine._internal.execution.controller import Controller, RunSpec
+    from engine._internal.worker_group.group import PollResult
     from tests.fakes import FakeWorkerGroup
 
     run_dir = os.path.join(str(small_tmpfs), "run")

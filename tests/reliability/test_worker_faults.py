@@ -29,8 +29,8 @@ def _die() -> None:
 def train_func(config):
     import torch
 
-    from engine._internal import session as session_mod
-    from engine._internal import storage as storage_mod
+    from engine._internal.worker_group import session as session_mod
+    from engine._internal.storage import filesystem as storage_mod
     from engine.torch import prepare_model
 
     torch.manual_seed(0)

@@ -12,9 +12,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from engine import ConfigError, RunConfig, constants
-from engine._internal.callback_runner import CallbackRunner
-from engine._internal.storage import Storage
-from engine._internal.worker_metrics import reduce_metrics
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.storage.filesystem import Storage
+from engine._internal.worker_group.metrics import reduce_metrics
 from engine.callbacks import (Callback, CSVLoggerCallback, JsonLoggerCallback,
                               LoggerCallback, TensorBoardLoggerCallback, Trial)
 from engine.result import Result

@@ -68,7 +68,7 @@ def test_from_dict_format_tensors_load_safely_other_dicts_stay_compact():
 
 
 def test_owns_directory_decides_whether_a_reported_directory_is_deleted(tmp_path):
-    from engine._internal.session import TrainContext, TrainSession
+    from engine._internal.worker_group.session import TrainContext, TrainSession
 
     (tmp_path / "model.bin").write_bytes(b"abc")
     mine = Checkpoint.from_directory(str(tmp_path))

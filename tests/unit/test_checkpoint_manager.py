@@ -1,7 +1,7 @@
 import math
 
 from engine import CheckpointConfig
-from engine._internal.checkpoint_manager import CheckpointManager
+from engine._internal.checkpoint.manager import CheckpointManager
 
 
 def _run(manager, losses):

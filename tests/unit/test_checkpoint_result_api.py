@@ -12,8 +12,8 @@ import pytest
 
 from engine import (Checkpoint, CheckpointConfig, ConfigError, FailureConfig, Result,
                     RunConfig)
-from engine._internal.output_capture import OutputFiles, capture
-from engine._internal.storage import Storage
+from engine._internal.storage.filesystem import Storage
+from engine._internal.worker_group.output_capture import OutputFiles, capture
 from engine.config import log_file_names
 from engine.exceptions import CheckpointError
 from engine.trainer import DataParallelTrainer
@@ -119,7 +119,7 @@ def test_result_from_path_of_a_failed_run(tmp_path) -> None:
 
 
 def test_restore_errors(tmp_path) -> None:
-    from engine._internal.trainer_state import save_trainer
+    from engine._internal.execution.trainer_state import save_trainer
 
     with pytest.raises(FileNotFoundError, match="can_restore"):
         DataParallelTrainer.restore(str(tmp_path))

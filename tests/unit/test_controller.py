@@ -8,10 +8,10 @@ import os
 import pytest
 
 from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import Controller, RunSpec, RunState
-from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult
+from engine._internal.execution.controller import Controller, RunSpec, RunState
+from engine._internal.worker_group.backend import BackendConfig
+from engine._internal.worker_group.group import PollResult
+from engine._internal.worker_group.session import ReportItem
 from engine.callbacks import Callback
 from tests.fakes import FakeWorkerGroup, died, item, raised
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine._internal.data_plan import FRACTIONAL, MATERIALIZE, STREAM, plan_data
+from engine._internal.data.plan import FRACTIONAL, MATERIALIZE, STREAM, plan_data
 from engine.exceptions import WorkerGroupStartupError
 
 

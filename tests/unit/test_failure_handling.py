@@ -8,11 +8,11 @@ import pickle
 import pytest
 
 from engine import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-from engine._internal import failure_diagnosis as diagnosis
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import Controller, RunSpec
-from engine._internal.failure_policy import FailureDecision, FailurePolicy, FatalError
-from engine._internal.worker_group import PollResult
+from engine._internal.execution import failure_diagnosis as diagnosis
+from engine._internal.execution.controller import Controller, RunSpec
+from engine._internal.execution.failure_policy import FailureDecision, FailurePolicy, FatalError
+from engine._internal.worker_group.backend import BackendConfig
+from engine._internal.worker_group.group import PollResult
 from engine.exceptions import (CollectiveTimeoutError, UserCodeError, WorkerDiedError,
                                WorkerError, WorkerHealthCheckError)
 from tests.fakes import FakeWorkerGroup, item, raised

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine._internal.data import make_shards
-from engine._internal.parquet_shards import ParquetShard, local_parquet_files, plan_file_shards
+from engine._internal.data.datasets import make_shards
+from engine._internal.data.parquet_shards import ParquetShard, local_parquet_files, plan_file_shards
 from engine.config import DataConfig
 
 

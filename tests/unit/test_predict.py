@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from engine import Checkpoint, constants
-from engine._internal import batches
+from engine._internal.data import batches
 from engine.exceptions import (CheckpointError, ConfigError, FrameworkMismatchError,
                                MissingColumnsError)
 from engine.predict import (BatchPredictor, Predictor, evaluate, get_predictor_class,
@@ -68,7 +68,7 @@ def test_importing_engine_predict_imports_no_framework():
                          check=True).stdout.strip()
     assert out == "[]"
     # An actor unpickling the scoring class imports its module first: no import cycle.
-    subprocess.run([sys.executable, "-c", "import engine._internal.batch_predictor"],
+    subprocess.run([sys.executable, "-c", "import engine._internal.data.batch_predictor"],
                    check=True)
 
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from engine import Checkpoint
-from engine._internal.data import _file_format, _file_names
-from engine._internal.storage import Storage
+from engine._internal.data.datasets import _file_format, _file_names
+from engine._internal.storage.filesystem import Storage
 from engine.exceptions import ConfigError
 from engine.preprocessors import (Chain, MinMaxScaler, Preprocessor, PreprocessorNotFittedError,
                                   StandardScaler, dumps, load_preprocessor, loads,
@@ -122,7 +122,7 @@ def test_trainer_rejects_a_non_preprocessor():
 
 
 def test_an_unfitted_preprocessor_needs_a_train_dataset():
-    from engine._internal.data import prepare_datasets
+    from engine._internal.data.datasets import prepare_datasets
 
     with pytest.raises(ConfigError, match=r"no datasets\['train'\].*passed: \['valid'\]"):
         prepare_datasets({"valid": _df()}, StandardScaler(["a"]))

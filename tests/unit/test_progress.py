@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
-from engine._internal.callback_runner import CallbackRunner
-from engine._internal.progress import FitProgress
-from engine._internal.trial import Trial
+from engine._internal.execution.callback_runner import CallbackRunner
+from engine._internal.execution.progress import FitProgress
+from engine._internal.execution.trial import Trial
 from engine.tune._progress import ProgressReporter
 
 
@@ -66,7 +66,7 @@ def test_verbose_0_prints_nothing():
 
 
 def test_tty_redraws_one_line_in_place(monkeypatch):
-    import engine._internal.progress as progress_mod
+    import engine._internal.execution.progress as progress_mod
 
     monkeypatch.setattr(progress_mod, "TTY_PERIOD_S", 0.0)
     out = _Tty()

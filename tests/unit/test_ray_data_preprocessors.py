@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from engine import Checkpoint, ConfigError
+from engine._internal.storage.filesystem import Storage
 from engine.exceptions import CheckpointError
 from engine.preprocessors import (RAY_FILE, RayDataPreprocessor, StandardScaler,
                                   as_preprocessor, dumps, loads, save_preprocessor)
-from engine._internal.storage import Storage
 
 preprocessors = pytest.importorskip("engine.data.preprocessors")
 

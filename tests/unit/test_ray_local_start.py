@@ -14,7 +14,9 @@ import time
 import psutil
 import pytest
 
-from engine._internal import ray_utils
+from engine._internal.ray_runtime import instance
+from engine._internal.ray_runtime import logs as ray_logs
+from engine._internal.ray_runtime import monitor, node_patches, settings, signals, start
 
 TIMEOUT_TEXT = ("The current node timed out during startup. This could happen because "
                 "some of the raylet failed to startup or the GCS has become overloaded.")
@@ -30,8 +32,8 @@ def fake_start(monkeypatch):
 
     calls = []
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray_utils, "_started_here", False)
-    monkeypatch.setattr(ray_utils.atexit, "register", lambda fn: fn)
+    monkeypatch.setattr(instance, "_started_here", False)
+    monkeypatch.setattr(start.atexit, "register", lambda fn: fn)
 
     def install(behaviour):
         def fake_init(**kwargs):
@@ -57,7 +59,7 @@ def test_a_timed_out_start_is_cleaned_up_and_retried(fake_start, caplog):
     calls = fake_start(first_times_out)
     try:
         with caplog.at_level(logging.WARNING, logger="engine"):
-            ray_utils._init_ray()
+            start._init_ray()
         assert len(calls) == 2 and calls[0] == calls[1]
         assert calls[1]["address"] == "local"
         # Killed and reaped before the second start (by the engine, so its exit status
@@ -65,7 +67,7 @@ def test_a_timed_out_start_is_cleaned_up_and_retried(fake_start, caplog):
         assert not psutil.pid_exists(left[0].pid)
         assert users_own.poll() is None
         assert "timed out during startup" in caplog.text and "attempt 2 of 3" in caplog.text
-        assert ray_utils.started_by_trainyard()
+        assert instance.started_by_trainyard()
     finally:
         for proc in [users_own] + left:
             proc.kill()
@@ -78,9 +80,9 @@ def test_the_last_timeout_is_raised(fake_start):
 
     calls = fake_start(always_times_out)
     with pytest.raises(Exception, match="timed out during startup"):
-        ray_utils._init_ray()
-    assert len(calls) == ray_utils.LOCAL_START_ATTEMPTS == 3
-    assert not ray_utils.started_by_trainyard()
+        start._init_ray()
+    assert len(calls) == start.LOCAL_START_ATTEMPTS == 3
+    assert not instance.started_by_trainyard()
 
 
 def test_other_start_errors_are_not_retried(fake_start):
@@ -89,7 +91,7 @@ def test_other_start_errors_are_not_retried(fake_start):
 
     calls = fake_start(bad)
     with pytest.raises(ValueError, match="num_cpus"):
-        ray_utils._init_ray()
+        start._init_ray()
     assert len(calls) == 1
 
 
@@ -102,7 +104,7 @@ def background_start(monkeypatch):
     import ray
 
     started = threading.Event()
-    monkeypatch.setattr(ray_utils, "_background_thread", None)
+    monkeypatch.setattr(start, "_background_thread", None)
     monkeypatch.setattr(ray, "is_initialized", started.is_set)
     handlers = []
     import ray._private.utils as ray_private_utils
@@ -112,7 +114,7 @@ def background_start(monkeypatch):
         def fake_init_ray():
             init()
             started.set()
-        monkeypatch.setattr(ray_utils, "_init_ray", fake_init_ray)
+        monkeypatch.setattr(start, "_init_ray", fake_init_ray)
         return started, handlers
 
     return install
@@ -131,10 +133,10 @@ def test_a_background_start_returns_at_once_and_fit_waits_for_it(background_star
 
     started, handlers = background_start(slow)
     t0 = time.monotonic()
-    ray_utils.ensure_ray(background=True)
+    start.ensure_ray(background=True)
     assert time.monotonic() - t0 < 1.0 and not started.is_set()
-    ray_utils.ensure_ray(background=True)  # a second request starts nothing more
-    waiter = threading.Thread(target=ray_utils.ensure_ray)  # what fit() calls
+    start.ensure_ray(background=True)  # a second request starts nothing more
+    waiter = threading.Thread(target=start.ensure_ray)  # what fit() calls
     waiter.start()
     waiter.join(0.3)
     assert waiter.is_alive(), "the plain call must wait for the background start"
@@ -144,7 +146,7 @@ def test_a_background_start_returns_at_once_and_fit_waits_for_it(background_star
     assert calls == ["trainyard-ray-start"]  # one start, in the background thread
     # Called from the main thread: Ray's own SIGTERM handler (exit through Ray's
     # shutdown), which ray.init() sets only when it runs in the main thread.
-    assert handlers == [ray_utils._exit_on_sigterm]
+    assert handlers == [signals._exit_on_sigterm]
 
 
 def test_a_failed_background_start_is_raised_by_the_next_call(background_start):
@@ -157,10 +159,10 @@ def test_a_failed_background_start_is_raised_by_the_next_call(background_start):
         raise RuntimeError("still failing: port 6379 in use")
 
     background_start(fails_once)
-    ray_utils.ensure_ray(background=True)
-    ray_utils._background_thread.join(10)
+    start.ensure_ray(background=True)
+    start._background_thread.join(10)
     with pytest.raises(RuntimeError, match="port 6379 in use"):
-        ray_utils.ensure_ray()  # starts again itself and raises in the caller's thread
+        start.ensure_ray()  # starts again itself and raises in the caller's thread
     assert len(attempts) == 2
 
 
@@ -184,7 +186,7 @@ def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
         return {"node_id": node_id}
 
     monkeypatch.setattr(services, "get_node", ray_lookup)
-    with ray_utils._prompt_registration_wait():
+    with node_patches._prompt_registration_wait():
         assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
     assert lookups == [("127.0.0.1:6379", "n1", 3)]  # after the poll that saw it
     assert services.get_node is ray_lookup
@@ -210,8 +212,8 @@ def _fake_registration(monkeypatch, tables):
         raise RuntimeError("node not found")  # as Ray 2.60's lookup when it is missing
 
     monkeypatch.setattr(services, "get_node", ray_lookup)
-    monkeypatch.setattr(ray_utils, "_REGISTRATION_WAIT_S", 0.2)  # Ray's 30 s, scaled
-    monkeypatch.setattr(ray_utils, "_REGISTRATION_WAIT_ALIVE_S", 30.0)
+    monkeypatch.setattr(node_patches, "_REGISTRATION_WAIT_S", 0.2)  # Ray's 30 s, scaled
+    monkeypatch.setattr(node_patches, "_REGISTRATION_WAIT_ALIVE_S", 30.0)
     return services, polls, lookups
 
 
@@ -222,10 +224,10 @@ def test_a_slow_raylet_that_still_runs_is_waited_for_past_rays_limit(monkeypatch
     services, polls, lookups = _fake_registration(
         monkeypatch, lambda poll: [{"NodeID": "n1"}] if poll >= 12 else [])
     alive_asked = []
-    monkeypatch.setattr(ray_utils, "_raylet_alive",
+    monkeypatch.setattr(node_patches, "_raylet_alive",
                         lambda before: alive_asked.append(before) or True)
-    with caplog.at_level("WARNING", logger=ray_utils.logger.name), \
-            ray_utils._prompt_registration_wait(frozenset({11})):
+    with caplog.at_level("WARNING", logger=node_patches.logger.name), \
+            node_patches._prompt_registration_wait(frozenset({11})):
         assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
     assert lookups == [12]  # Ray's lookup ran once, after the poll that saw the node
     assert alive_asked and all(b == frozenset({11}) for b in alive_asked)
@@ -236,9 +238,9 @@ def test_a_raylet_that_died_is_not_waited_for(monkeypatch):
     """Past Ray's limit, a raylet that is gone ends the wait at once: Ray's lookup then
     fails as it would have (and the start's retry takes over)."""
     services, polls, lookups = _fake_registration(monkeypatch, lambda poll: [])
-    monkeypatch.setattr(ray_utils, "_raylet_alive", lambda before: False)
+    monkeypatch.setattr(node_patches, "_raylet_alive", lambda before: False)
     t0 = time.monotonic()
-    with ray_utils._prompt_registration_wait(), pytest.raises(RuntimeError, match="not found"):
+    with node_patches._prompt_registration_wait(), pytest.raises(RuntimeError, match="not found"):
         services.get_node("127.0.0.1:6379", "n1")
     assert time.monotonic() - t0 < 10  # not _REGISTRATION_WAIT_ALIVE_S (30 s here)
     assert len(lookups) == 1
@@ -253,18 +255,18 @@ def test_raylet_alive_sees_only_a_raylet_this_start_launched(tmp_path):
     shutil.copy(shutil.which("sleep"), fake)
     # This process's children so far (the test session's own Ray has a raylet).
     before = frozenset(p.pid for p in psutil.Process().children())
-    assert not ray_utils._raylet_alive(before)
+    assert not node_patches._raylet_alive(before)
     proc = subprocess.Popen([str(fake), "30"])
     try:
-        assert ray_utils._raylet_alive(before)
-        assert not ray_utils._raylet_alive(before | {proc.pid})
+        assert node_patches._raylet_alive(before)
+        assert not node_patches._raylet_alive(before | {proc.pid})
         proc.kill()
         time.sleep(0.2)  # exited, not yet reaped: a zombie is not a running raylet
-        assert not ray_utils._raylet_alive(before)
+        assert not node_patches._raylet_alive(before)
     finally:
         proc.kill()
         proc.wait()
-    assert not ray_utils._raylet_alive(before)
+    assert not node_patches._raylet_alive(before)
 
 
 @pytest.mark.parametrize("handler", ["engine", "ray_job_entry"])
@@ -280,7 +282,7 @@ def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
     try:
         if handler == "engine":
             with pytest.raises(SystemExit) as exc:
-                ray_utils._exit_on_sigterm(signal.SIGTERM, None)
+                signals._exit_on_sigterm(signal.SIGTERM, None)
             assert exc.value.code == signal.SIGTERM
         else:
             with pytest.raises(KeyboardInterrupt, match="the Ray job was stopped"):
@@ -303,15 +305,15 @@ def test_a_foreground_start_in_the_main_thread_replaces_only_rays_sigterm_handle
     def users(signum, frame):
         pass
 
-    for installed, expected in ((rays, ray_utils._exit_on_sigterm), (users, users)):
+    for installed, expected in ((rays, signals._exit_on_sigterm), (users, users)):
         previous = signal.getsignal(signal.SIGTERM)
         ready = []
         monkeypatch.setattr(ray, "is_initialized", lambda: bool(ready))
-        monkeypatch.setattr(ray_utils, "_init_ray",
+        monkeypatch.setattr(start, "_init_ray",
                             lambda h=installed: (signal.signal(signal.SIGTERM, h),
                                                  ready.append(1)))
         try:
-            ray_utils.ensure_ray()
+            start.ensure_ray()
             assert signal.getsignal(signal.SIGTERM) is expected
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -325,7 +327,7 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
     import os
     import time
 
-    monkeypatch.setattr(ray_utils._LOG_CLOCK, "last", 0.0)
+    monkeypatch.setattr(ray_logs._LOG_CLOCK, "last", 0.0)
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "raylet.out").write_text("Ray's own log, not streamed\n")
@@ -334,7 +336,7 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
     now = time.time()
 
     def quiet(monitor_pid=None):
-        return ray_utils._logs_quiet(str(logs), monitor_pid, time.time(), time.monotonic())
+        return ray_logs._logs_quiet(str(logs), monitor_pid, time.time(), time.monotonic())
 
     assert not quiet(), "a worker file written just now, not opened by the monitor"
     os.utime(out, (now - 5, now - 5))
@@ -350,7 +352,7 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
         assert not quiet(os.getpid())
         os.utime(logs / "gcs_server.err", (now - 5, now - 5))
         assert quiet(os.getpid())
-        ray_utils._LOG_CLOCK._seen({"lines": ["x"]})
+        ray_logs._LOG_CLOCK._seen({"lines": ["x"]})
         assert not quiet(os.getpid()), "a batch just arrived: more may be in flight"
 
 
@@ -372,8 +374,8 @@ def test_the_seconds_settings_fall_back_to_their_default_with_a_warning(
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, value)
-    with caplog.at_level(logging.WARNING, logger=ray_utils.logger.name):
-        assert getattr(ray_utils, reader)() == expected
+    with caplog.at_level(logging.WARNING, logger=settings.logger.name):
+        assert getattr(settings, reader)() == expected
     assert (name in caplog.text) == warned
 
 
@@ -398,7 +400,7 @@ def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
         os.utime(logs / name, (now - 120, now - 120))
     os.utime(logs / "worker-5b6053a03e83b1f3-01000000-102.out", (now - 5, now - 5))
 
-    moved = ray_utils.sweep_worker_logs(str(logs), now=now, alive=lambda pid: pid == 103)
+    moved = ray_logs.sweep_worker_logs(str(logs), now=now, alive=lambda pid: pid == 103)
 
     assert moved == 3
     assert {p.name for p in (logs / "old").iterdir()} == {
@@ -407,9 +409,9 @@ def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
         n for n, fate in names.items() if fate == "stays"}
     assert (logs / "old" / "worker-2f02d4052d6007ca-01000000-101.out").read_text() == "line\n"
     # Once worker 103 is gone too, its two files follow; the recent one still stays.
-    assert ray_utils.sweep_worker_logs(str(logs), now=now, alive=lambda pid: False) == 2
+    assert ray_logs.sweep_worker_logs(str(logs), now=now, alive=lambda pid: False) == 2
     assert (logs / "worker-5b6053a03e83b1f3-01000000-102.out").exists()
-    assert ray_utils.sweep_worker_logs(str(tmp_path / "nowhere")) == 0  # no error
+    assert ray_logs.sweep_worker_logs(str(tmp_path / "nowhere")) == 0  # no error
 
 
 def test_a_worker_that_exited_but_is_not_reaped_yet_counts_as_gone():
@@ -424,20 +426,20 @@ def test_a_worker_that_exited_but_is_not_reaped_yet_counts_as_gone():
                 if f.read().rsplit(") ", 1)[1][0] == "Z":
                     break
             time.sleep(0.05)
-        assert not ray_utils._pid_alive(child.pid)
-        assert ray_utils._pid_alive(os.getpid())
+        assert not ray_logs._pid_alive(child.pid)
+        assert ray_logs._pid_alive(os.getpid())
     finally:
         child.wait()
-    assert not ray_utils._pid_alive(child.pid)  # reaped: gone
+    assert not ray_logs._pid_alive(child.pid)  # reaped: gone
 
 
 def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(monkeypatch):
     calls = []
-    monkeypatch.setattr(ray_utils, "sweep_worker_logs", lambda d: calls.append(d))
-    monkeypatch.setattr(ray_utils, "_last_sweep", 0.0)
-    monkeypatch.setattr(ray_utils.time, "monotonic", lambda: 1000.0)
-    monkeypatch.setattr(ray_utils, "_started_here", False)
-    ray_utils.sweep_worker_logs_if_due()
+    monkeypatch.setattr(ray_logs, "sweep_worker_logs", lambda d: calls.append(d))
+    monkeypatch.setattr(ray_logs, "_last_sweep", 0.0)
+    monkeypatch.setattr(ray_logs.time, "monotonic", lambda: 1000.0)
+    monkeypatch.setattr(instance, "_started_here", False)
+    ray_logs.sweep_worker_logs_if_due()
     assert calls == []  # a Ray the user started is the user's
     import ray
 
@@ -446,13 +448,13 @@ def test_the_sweep_after_a_fit_runs_only_on_our_own_instance_and_once_a_minute(m
             return "/session/logs"
 
     monkeypatch.setattr(ray._private.worker, "_global_node", Node())
-    monkeypatch.setattr(ray_utils, "_started_here", True)
-    ray_utils.sweep_worker_logs_if_due()
-    ray_utils.sweep_worker_logs_if_due()  # the same minute
+    monkeypatch.setattr(instance, "_started_here", True)
+    ray_logs.sweep_worker_logs_if_due()
+    ray_logs.sweep_worker_logs_if_due()  # the same minute
     assert calls == ["/session/logs"]
-    monkeypatch.setattr(ray_utils.time, "monotonic",
-                        lambda: 1000.0 + ray_utils.WORKER_LOGS_SWEEP_AFTER_S)
-    ray_utils.sweep_worker_logs_if_due()
+    monkeypatch.setattr(ray_logs.time, "monotonic",
+                        lambda: 1000.0 + ray_logs.WORKER_LOGS_SWEEP_AFTER_S)
+    ray_logs.sweep_worker_logs_if_due()
     assert calls == ["/session/logs"] * 2
 
 
@@ -460,9 +462,9 @@ def _deferred(monkeypatch, delay_s):
     """A _DeferredMonitor for a stand-in node that is Ray's current one; returns it, the
     node and the list of nodes it started a monitor for."""
     node = object()
-    monkeypatch.setattr(ray_utils, "_current_node", lambda: node)
+    monkeypatch.setattr(monitor, "_current_node", lambda: node)
     started = []
-    return ray_utils._DeferredMonitor(node, started.append, delay_s), node, started
+    return monitor._DeferredMonitor(node, started.append, delay_s), node, started
 
 
 def test_the_deferred_monitor_starts_after_its_delay_for_the_running_instance(
@@ -486,7 +488,7 @@ def test_the_deferred_monitor_never_starts_once_the_process_exits(monkeypatch):
 
 def test_the_deferred_monitor_never_starts_for_an_instance_shut_down_before(monkeypatch):
     deferred, _, started = _deferred(monkeypatch, 0.3)
-    monkeypatch.setattr(ray_utils, "_current_node", lambda: None)  # ray.shutdown()
+    monkeypatch.setattr(monitor, "_current_node", lambda: None)  # ray.shutdown()
     deferred._thread.join(timeout=60)
     assert not deferred._thread.is_alive()
     assert started == [] and not deferred.started
@@ -508,10 +510,46 @@ def test_the_deferred_monitor_is_reniced_never_lower_and_a_gone_one_is_left_alon
         deadline = time.monotonic() + 30
         while os.getpriority(os.PRIO_PROCESS, nicer.pid) != 19 and time.monotonic() < deadline:
             time.sleep(0.01)
-        ray_utils._lower_priority([plain.pid, nicer.pid, gone.pid], 10)
+        monitor._lower_priority([plain.pid, nicer.pid, gone.pid], 10)
         assert os.getpriority(os.PRIO_PROCESS, plain.pid) == max(10, os.nice(0))
         assert os.getpriority(os.PRIO_PROCESS, nicer.pid) == 19
     finally:
         for proc in (plain, nicer):
             proc.stdin.close()
             proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("version, inside", [
+    ("2.60.0", True), ("2.60.3", True), ("2.59.9", False), ("2.61.0", False),
+    ("3.0.0.dev0", False)])
+def test_the_private_api_guard_warns_once_outside_the_versions_it_was_checked_against(
+        monkeypatch, caplog, version, inside):
+    import ray
+
+    from engine._internal.ray_runtime import versions
+
+    monkeypatch.setattr(ray, "__version__", version)
+    monkeypatch.setattr(versions, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger=versions.logger.name):
+        assert versions.written_for("a test feature") is inside
+        assert versions.written_for("a test feature") is inside
+    warnings = [r for r in caplog.records if "a test feature" in r.getMessage()]
+    assert len(warnings) == (0 if inside else 1)
+    if not inside:
+        assert version in warnings[0].getMessage() and "2.60.0" in warnings[0].getMessage()
+
+
+def test_outside_the_checked_versions_rays_node_is_left_unpatched(monkeypatch):
+    import ray
+    from ray._private.node import Node
+
+    from engine._internal.ray_runtime import versions
+
+    original = Node.start_api_server
+    monkeypatch.setattr(ray, "__version__", "9.0.0")
+    monkeypatch.setattr(versions, "_warned", set())
+    monkeypatch.delenv("TRAINYARD_RAY_API_SERVER", raising=False)
+    with node_patches._without_api_server():
+        assert Node.start_api_server is original
+    assert start._system_config(0) == {"worker_niceness": 0}
+    assert instance.current_node() is None

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from engine._internal import run_lease
-from engine._internal.run_lease import (LEASE_DIR, LEASE_S_ENV_VAR, RunLease, lease_seconds,
+from engine._internal.run_state import lease as run_lease
+from engine._internal.run_state.lease import (LEASE_DIR, LEASE_S_ENV_VAR, RunLease, lease_seconds,
                                         read_lease)
-from engine._internal.storage import Storage
+from engine._internal.storage.filesystem import Storage
 from engine.exceptions import RunInProgressError, StorageError
 
 
@@ -180,8 +180,8 @@ def test_lease_length_from_the_environment(monkeypatch):
 # --- a dead owner on this host: taken over at once, before the lease expires -----------
 _HOLD_LEASE = """
 import sys, time
-from engine._internal.run_lease import RunLease
-from engine._internal.storage import Storage
+from engine._internal.run_state.lease import RunLease
+from engine._internal.storage.filesystem import Storage
 RunLease(Storage.from_path(sys.argv[1]), "r1", ttl_s=600).acquire()
 print("taken", flush=True)
 time.sleep(600)

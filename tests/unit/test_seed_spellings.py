@@ -8,7 +8,7 @@ import time
 import pytest
 
 from engine import ConfigError
-from engine._internal.session import TrainContext, TrainSession
+from engine._internal.worker_group.session import TrainContext, TrainSession
 
 
 def _report(metrics, trial_info=None):

@@ -3,8 +3,8 @@ import threading
 import numpy as np
 import pytest
 
-from engine._internal.rounds import RoundTracker
-from engine._internal.session import (ReportItem, TrainContext, TrainSession,
+from engine._internal.execution.rounds import RoundTracker
+from engine._internal.worker_group.session import (ReportItem, TrainContext, TrainSession,
                                       validate_metrics)
 
 
@@ -81,7 +81,7 @@ def test_round_tracker_detects_uneven_reports():
 def test_gc_freeze_can_be_turned_off(monkeypatch):
     import gc
 
-    from engine._internal import worker
+    from engine._internal.worker_group import worker
 
     assert gc.get_freeze_count() == 0
     monkeypatch.setenv("TRAINYARD_GC_FREEZE", "0")
@@ -108,7 +108,7 @@ def test_a_reused_worker_collects_the_last_trials_cycles_before_it_freezes(monke
     import gc
     import weakref
 
-    from engine._internal import worker
+    from engine._internal.worker_group import worker
 
     monkeypatch.setattr(worker, "_ran_train_func", False)
     monkeypatch.delenv("TRAINYARD_GC_FREEZE", raising=False)

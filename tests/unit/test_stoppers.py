@@ -9,10 +9,10 @@ import time
 import pytest
 
 from engine import ConfigError, RunConfig, ScalingConfig, TrainingFailedError
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import Controller, RunSpec, RunState
-from engine._internal.stopping import DictStopper, StopCheck, StopperError, make_stopper
-from engine._internal.worker_group import PollResult
+from engine._internal.execution.controller import Controller, RunSpec, RunState
+from engine._internal.execution.stopping import DictStopper, StopCheck, StopperError, make_stopper
+from engine._internal.worker_group.backend import BackendConfig
+from engine._internal.worker_group.group import PollResult
 from engine.tune.stopper import (CombinedStopper, ExperimentPlateauStopper,
                                  FunctionStopper, MaximumIterationStopper, Stopper,
                                  TimeoutStopper, TrialPlateauStopper)

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from engine._internal.storage import Storage, redact, resolve
+from engine._internal.storage.filesystem import Storage, redact, resolve
 from engine.exceptions import StorageError
 
 
@@ -65,7 +65,7 @@ def test_file_in_the_way_is_clear_error(tmp_path):
 def test_memory_uri_is_a_ram_backed_directory_shared_by_processes(monkeypatch, tmp_path):
     import pyarrow.fs as pafs
 
-    from engine._internal.storage import memory_storage_root
+    from engine._internal.storage.filesystem import memory_storage_root
 
     monkeypatch.delenv("TRAINYARD_MEMORY_STORAGE_ROOT", raising=False)
     assert memory_storage_root() == "/dev/shm/trainyard-memory"  # a tmpfs on Linux
@@ -141,7 +141,7 @@ NETWORK = ("When reading information for key 'k': AWS Error NETWORK_CONNECTION d
 
 
 def test_remote_storage_retries_transient_errors_then_succeeds(monkeypatch, caplog):
-    import engine._internal.storage_retry as retry_mod
+    import engine._internal.storage.retry as retry_mod
 
     monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     fs = _FlakyFS(3, NETWORK)
@@ -154,7 +154,7 @@ def test_remote_storage_retries_transient_errors_then_succeeds(monkeypatch, capl
 
 
 def test_remote_storage_gives_up_after_the_budget_and_never_retries_real_errors(monkeypatch):
-    import engine._internal.storage_retry as retry_mod
+    import engine._internal.storage.retry as retry_mod
 
     monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     monkeypatch.setenv("TRAINYARD_STORAGE_RETRY_S", "0")

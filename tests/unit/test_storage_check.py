@@ -1,7 +1,7 @@
 import pyarrow.fs as pafs
 
-from engine._internal.storage import Storage
-from engine._internal.storage_check import ProbeResult, probe_storage, verdict
+from engine._internal.storage.check import ProbeResult, probe_storage, verdict
+from engine._internal.storage.filesystem import Storage
 
 
 def test_local_path_not_shared_with_a_worker_node_is_an_error(tmp_path):

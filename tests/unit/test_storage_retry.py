@@ -12,8 +12,8 @@ from typing import List
 import pyarrow.fs as pafs
 import pytest
 
-import engine._internal.storage_retry as retry_mod
-from engine._internal.storage_retry import is_transient, service_error
+import engine._internal.storage.retry as retry_mod
+from engine._internal.storage.retry import is_transient, service_error
 from engine.storage import Storage
 
 PAYLOAD = b"checkpoint bytes"
@@ -111,7 +111,7 @@ def s3_stub(monkeypatch, request):
     """A loopback S3 endpoint and a Storage on it whose SDK does not retry (one
     attempt), so every retry seen is the storage layer's; reading through boto3 (one
     whole GET, ``storage_s3``) and through pyarrow alone (without boto3)."""
-    import engine._internal.storage_s3 as s3_mod
+    import engine._internal.storage.s3 as s3_mod
 
     monkeypatch.setattr(retry_mod.time, "sleep", lambda s: None)
     monkeypatch.setattr(s3_mod, "SDK_ATTEMPTS", 1)

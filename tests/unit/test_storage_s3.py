@@ -9,7 +9,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from engine import Checkpoint, constants
-from engine._internal.storage import Storage, redact, resolve, scrub
+from engine._internal.storage.filesystem import Storage, redact, resolve, scrub
 from engine.exceptions import StorageError
 from tests.conftest import FAKE_AWS_SECRET, REPO, _free_port
 
@@ -81,8 +81,8 @@ def test_a_record_read_while_its_writer_replaces_it_is_one_version_whole(st):
 def test_without_boto3_reads_go_through_pyarrow_and_say_so_once(st, monkeypatch, caplog):
     """boto3 comes with ``trainyard[s3]``; without it S3 is read through pyarrow alone,
     with one warning a process that a read overlapping a replace is only retried."""
-    import engine._internal.storage as storage_mod
-    import engine._internal.storage_s3 as s3_mod
+    import engine._internal.storage.filesystem as storage_mod
+    import engine._internal.storage.s3 as s3_mod
 
     def no_boto3(opts):
         raise ImportError("No module named 'boto3'")
@@ -119,7 +119,7 @@ def test_the_boto3_client_takes_the_filesystems_endpoint_keys_and_options(s3_ser
     """The client that reads whole objects talks to the same server, with the same
     keys, timeouts and path-style addressing as the pyarrow filesystem; one client per
     set of options; an assumed role (which it is not given) keeps reads on pyarrow."""
-    import engine._internal.storage_s3 as s3_mod
+    import engine._internal.storage.s3 as s3_mod
 
     fs = pafs.S3FileSystem(endpoint_override=s3_server.endpoint.split("://")[-1],
                            scheme="http", access_key="k", secret_key=FAKE_AWS_SECRET,

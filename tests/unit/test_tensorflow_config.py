@@ -54,7 +54,7 @@ def test_config_validation_and_argument_names():
     with pytest.raises(ConfigError, match="not both"):
         TensorflowTrainer(_noop, tensorflow_config=cfg, tensorflow_backend=cfg)
     with pytest.raises(ConfigError, match="TensorflowConfig, got BackendConfig"):
-        from engine._internal.backend import BackendConfig
+        from engine._internal.worker_group.backend import BackendConfig
 
         TensorflowTrainer(_noop, tensorflow_config=BackendConfig())
 

@@ -112,7 +112,7 @@ def test_the_default_rendezvous_timeout_is_at_least_the_collective_timeout():
 def test_frameworks_ports_are_drawn_below_the_ephemeral_range():
     """TensorFlow's and LightGBM's servers bind the port themselves, after the draw: a
     port below the kernel's ephemeral range is not handed to a process binding port 0."""
-    from engine._internal.worker import draw_free_port
+    from engine._internal.worker_group.worker import draw_free_port
 
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         ephemeral_low = int(f.read().split()[0])
@@ -125,12 +125,12 @@ def test_frameworks_ports_are_drawn_below_the_ephemeral_range():
 
 
 def test_a_worker_kept_for_the_next_trial_sets_up_a_new_process_group(monkeypatch):
-    """The pool resets a worker between trials (engine._internal.worker_pool): the
+    """The pool resets a worker between trials (engine._internal.worker_group.pool): the
     process group is destroyed and rank 0's store dropped, and the next trial's set-up
     on the same process opens its own (one rank, in this process)."""
     import torch.distributed as dist
 
-    from engine._internal.worker_pool import reset_worker
+    from engine._internal.worker_group.pool import reset_worker
     from engine.torch import config
 
     monkeypatch.setattr(config, "_MASTER_STORE", None)

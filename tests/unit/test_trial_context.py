@@ -7,10 +7,10 @@ import os
 import pytest
 
 from engine import ScalingConfig
-from engine._internal.session import (TrainContext, TrialResources, resource_bundles,
+from engine._internal.storage.filesystem import Storage
+from engine._internal.worker_group.session import (TrainContext, TrialResources, resource_bundles,
                                       working_dir)
-from engine._internal.storage import Storage
-from engine._internal.worker import _in_dir
+from engine._internal.worker_group.worker import _in_dir
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ import dataclasses
 import json
 import os
 from engine import Checkpoint, RunConfig, ScalingConfig
-from engine._internal.backend import BackendConfig
-from engine._internal.controller import (Controller, RunSpec, TrialAction,
+from engine._internal.execution.controller import (Controller, RunSpec, TrialAction,
                                          TrialDecision)
-from engine._internal.session import ReportItem
-from engine._internal.worker_group import PollResult
+from engine._internal.worker_group.backend import BackendConfig
+from engine._internal.worker_group.group import PollResult
+from engine._internal.worker_group.session import ReportItem
 from tests.fakes import FakeWorkerGroup
 
 

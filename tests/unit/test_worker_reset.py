@@ -1,4 +1,4 @@
-"""engine._internal.worker_reset in this process (no Ray): what a reused worker gets
+"""engine._internal.worker_group.reset in this process (no Ray): what a reused worker gets
 back before its next fit, and which backends' workers may be reused at all."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine._internal import worker_reset
+from engine._internal.worker_group import reset as worker_reset
 
 
 @pytest.fixture
@@ -43,8 +43,8 @@ def test_an_unclean_step_says_why(snapshot_now, monkeypatch):
 
 
 def test_only_configs_that_say_so_are_reusable():
-    from engine._internal.backend import BackendConfig
-    from engine._internal.worker_pool import resettable
+    from engine._internal.worker_group.backend import BackendConfig
+    from engine._internal.worker_group.pool import resettable
     from engine.lightgbm.config import LightGBMConfig
     from engine.tensorflow.config import TensorflowConfig
 

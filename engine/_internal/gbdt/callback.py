@@ -37,7 +37,7 @@ def select_metrics(metrics: Metrics, wanted: Any) -> Metrics:
 
 
 def is_rank_zero() -> bool:
-    from engine._internal.session import get_session
+    from engine._internal.worker_group.session import get_session
 
     session = get_session()
     return session is None or session.context.world_rank == 0

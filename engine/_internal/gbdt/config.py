@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Optional
 
-from engine._internal.backend import BackendConfig
+from engine._internal.worker_group.backend import BackendConfig
 from engine.exceptions import ConfigError
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from engine._internal.parquet_shards import ParquetShard
+from engine._internal.data.parquet_shards import ParquetShard
 from engine.exceptions import ConfigError
 
 TRAIN_DATASET = "train"
@@ -55,7 +55,7 @@ def read_shard_table(name: str) -> Any:
     """
     import pyarrow as pa
 
-    from engine._internal import timeline
+    from engine._internal.run_state import timeline
     from engine.session import get_context, get_dataset_shard
 
     shard = get_dataset_shard(name)
@@ -86,7 +86,7 @@ def known_feature_columns(data: Any, label_column: Optional[str],
     """The feature columns of the training data when they are known without reading it
     (a DataFrame, a Dataset whose schema is known) and no custom preprocessor may
     change them; None otherwise."""
-    from engine._internal.batches import preprocessor_columns
+    from engine._internal.data.batches import preprocessor_columns
 
     if preprocessor is not None and preprocessor_columns(preprocessor) is None:
         return None

@@ -21,7 +21,7 @@ def features_frame(features: Dict[str, Any], categorical: bool = True) -> Any:
     arrays, that matrix."""
     import pandas as pd
 
-    from engine._internal.batches import feature_matrix
+    from engine._internal.data.batches import feature_matrix
 
     names = list(features)
     if any(getattr(v, "ndim", 1) > 1 for v in features.values()):
@@ -47,7 +47,7 @@ class ModelFeatureNames:
 
     def _predict_batch(self, batch: Any, feature_columns: Optional[Sequence[str]],
                        exclude: Sequence[str] = ()) -> Any:
-        from engine._internal.batches import column_names
+        from engine._internal.data.batches import column_names
 
         named = feature_columns or getattr(self, "feature_columns", None) or (
             getattr(self, "model_card", None) or {}).get("feature_columns")

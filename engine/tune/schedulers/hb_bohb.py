@@ -1,7 +1,17 @@
-"""Ray Tune's ``ray.tune.schedulers.hb_bohb`` path."""
+"""HyperBand for BOHB (Ray Tune's ``ray.tune.schedulers.hb_bohb``): HyperBand's brackets,
+each result annotated with its budget for :class:`~engine.tune.search.bohb.TuneBOHB`."""
 
 from __future__ import annotations
 
-from engine.tune.schedulers.hyperband import HyperBandForBOHB
+from typing import Any, Dict
 
-__all__ = ["HyperBandForBOHB"]
+from engine.tune.schedulers.hyperband import Bracket, HyperBandScheduler
+
+
+class HyperBandForBOHB(HyperBandScheduler):
+    """HyperBand for BOHB (use with :class:`~engine.tune.search.bohb.TuneBOHB`): the
+    same brackets; a trial at a milestone carries ``result["hyperband_info"]["budget"]``
+    (the milestone) so that the searcher models results per budget."""
+
+    def _annotate(self, result: Dict[str, Any], bracket: Bracket) -> None:
+        result.setdefault("hyperband_info", {})["budget"] = bracket.r

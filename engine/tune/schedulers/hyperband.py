@@ -198,12 +198,3 @@ class HyperBandScheduler(TrialScheduler):
 
     def __getstate__(self) -> Dict[str, Any]:
         return dict(self.__dict__)
-
-
-class HyperBandForBOHB(HyperBandScheduler):
-    """HyperBand for BOHB (use with :class:`~engine.tune.search.bohb.TuneBOHB`): the
-    same brackets; a trial at a milestone carries ``result["hyperband_info"]["budget"]``
-    (the milestone) so that the searcher models results per budget."""
-
-    def _annotate(self, result: Dict[str, Any], bracket: Bracket) -> None:
-        result.setdefault("hyperband_info", {})["budget"] = bracket.r

@@ -1,0 +1,433 @@
+"""The one place that talks to storage (pyarrow.fs): local paths, s3://, gs://, memory://.
+
+Every write that must survive a crash is atomic: files are written (and fsynced on local
+disks), then made visible by a rename or a marker written last (``storage.commit``).
+
+Object stores (S3, GCS) have no directories and no rename: files are written with one
+PUT each (no directory-marker objects), "moving" is a server-side copy and delete per
+file, and deleting a committed directory removes its commit marker first, so a
+half-deleted checkpoint never looks committed.
+
+The public face of this module is ``engine.storage``; the parts live beside it:
+``storage.paths`` (paths and URIs to filesystems, the storage root), ``storage.retry``
+(which errors are retried), ``storage.commit`` (the atomic directory commit),
+``storage.s3`` (whole reads and conditional writes on S3 through boto3) and ``uris``
+(secrets kept out of logs). Their names are importable from here too, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional
+
+from engine import constants
+from engine._internal.storage import commit as _commit
+from engine._internal.storage import s3 as _s3
+from engine._internal.storage.paths import (MEMORY_ROOT_ENV_VAR, OBJECT_STORE_TYPES,
+                                            default_root, is_uri, join,
+                                            memory_storage_path, memory_storage_root,
+                                            pafs, remember_filesystem, resolve)
+from engine._internal.storage.retry import (DEFAULT_RETRY_S, RETRY_ENV_VAR, is_transient,
+                                            retrying, service_error)
+from engine._internal.storage.uris import redact, safe_reason, scrub
+from engine.exceptions import StorageError
+
+__all__ = [
+    "DEFAULT_RETRY_S", "MEMORY_ROOT_ENV_VAR", "RETRY_ENV_VAR", "Storage", "default_root",
+    "is_local", "is_transient", "is_uri", "join", "list_files", "make_temp_dir",
+    "memory_storage_path", "memory_storage_root", "redact", "remember_filesystem",
+    "resolve", "scrub", "service_error",
+]
+
+_UPLOAD_THREADS = 8
+# Reads of an object store file that a writer replaced meanwhile, before giving up.
+_WHOLE_READ_ATTEMPTS = 8
+_warned_no_sdk: List[bool] = []  # the pyarrow-only read is warned of once a process
+_COPY_CHUNK = 8 * 1024 * 1024
+logger = logging.getLogger("engine")
+
+
+def is_local(fs: pafs.FileSystem) -> bool:
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def _fsync_path(path: str, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _copy_local_file_durable(src: str, dst: str) -> None:
+    # copyfile uses the kernel's zero-copy path (sendfile / copy_file_range) on Linux.
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_files(local_dir: str) -> List[str]:
+    """Relative paths of the files under a local directory, sorted."""
+    out = []
+    for root, _dirs, files in os.walk(local_dir):
+        for name in files:
+            out.append(os.path.relpath(os.path.join(root, name), local_dir))
+    return sorted(out)
+
+
+class Storage:
+    """A pyarrow filesystem and a root path in it, with the operations the engine and
+    the pipeline tasks need: reads, atomic writes, uploads, moves, deletions and the
+    atomic directory commit.
+
+    Paths given to the methods are paths inside ``fs`` (``join(st.root, ...)``), not
+    URIs. Operations on remote storage retry transient errors (see ``storage.retry``).
+
+    Example:
+        >>> st = Storage.from_path("s3://bucket/runs?endpoint_override=host:9000")
+        >>> st.write_json_atomic(join(st.root, "state.json"), {"ok": True})
+    """
+
+    def __init__(self, fs: pafs.FileSystem, root: str) -> None:
+        self.fs = fs
+        self.root = root
+
+    @classmethod
+    def from_path(cls, path_or_uri: str, filesystem: Optional[pafs.FileSystem] = None
+                  ) -> "Storage":
+        """A Storage rooted at a local path or URI (see :func:`resolve`).
+
+        Raises:
+            StorageError: a relative local path or an unsupported URI.
+        """
+        fs, root = resolve(path_or_uri, filesystem)
+        return cls(fs, root)
+
+    @property
+    def local(self) -> bool:
+        return is_local(self.fs)
+
+    @property
+    def object_store(self) -> bool:
+        """True for S3 and GCS: no directories, no rename."""
+        return self.fs.type_name in OBJECT_STORE_TYPES
+
+    def display(self, path: Optional[str] = None) -> str:
+        """``path`` (default: the root) as shown to users: a local path, or a URI with
+        neither credentials nor endpoint (those stay inside the filesystem object)."""
+        path = path or self.root
+        if self.local:
+            return path
+        scheme = "s3" if self.fs.type_name == "s3" else self.fs.type_name
+        return f"{scheme}://{path}"
+
+    def __repr__(self) -> str:
+        return f"Storage({self.display()!r})"
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        remember_filesystem(self.fs, self.root)
+
+    # --- reads -----------------------------------------------------------------
+    @retrying
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    @retrying
+    def is_dir(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type == pafs.FileType.Directory
+
+    @retrying
+    def list_dir(self, path: str) -> List[str]:
+        """Names directly under ``path`` (empty when it does not exist)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        return sorted(info.base_name for info in infos)
+
+    @retrying
+    def list_files(self, path: str) -> List[str]:
+        """Relative paths of the files under ``path`` (recursive, sorted; empty when it
+        does not exist)."""
+        try:
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        prefix = path.rstrip("/") + "/"
+        return sorted(info.path[len(prefix):] for info in infos
+                      if info.type == pafs.FileType.File and info.path.startswith(prefix))
+
+    @retrying
+    def read_bytes(self, path: str) -> bytes:
+        """The file's bytes: on an object store, one version of it, whole.
+
+        On S3 that is one GET through boto3 (``storage.s3``): pyarrow's reads take the
+        object's size first and then fetch that many bytes with ranged GETs, so a read
+        that overlaps a replace (a run record its driver rewrites while another process
+        reads it) would get the new version cut at the old length. Without boto3, and
+        on other object stores, a read whose length differs from the size before or
+        after it is taken again (which a replace back to the same size can still slip
+        past: install ``trainyard[s3]``)."""
+        if self.local:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        client = self._sdk_client()
+        if client is not None:
+            return _s3.read_whole(client, path, self.display(path))
+        for attempt in range(_WHOLE_READ_ATTEMPTS):
+            with self.fs.open_input_file(path) as f:
+                size = f.size()
+                data = f.read()
+            if len(data) == size == self.fs.get_file_info(path).size:
+                return data
+            time.sleep(0.01 * attempt)  # the writer is mid-replace: let it finish
+        raise StorageError(
+            f"{self.display(path)} was replaced during each of {_WHOLE_READ_ATTEMPTS} "
+            "reads of it, so no read got one version whole. Something rewrites it "
+            "without pause: stop that writer (another driver of the same run?) and read "
+            "it again.")
+
+    def _sdk_client(self) -> Any:
+        """boto3's client for this S3 filesystem, or None (not S3, no boto3, or options
+        it is not given: see ``storage.s3``)."""
+        if self.fs.type_name != "s3" or not isinstance(self.fs, pafs.S3FileSystem):
+            return None  # (a stand-in filesystem in tests may call itself s3)
+        try:
+            return _s3.client_for(self.fs)
+        except (ImportError, NotImplementedError) as exc:
+            if not _warned_no_sdk:
+                _warned_no_sdk.append(True)
+                logger.warning(
+                    "Reading S3 through pyarrow only (%s): a read that overlaps a replace "
+                    "of the same object is retried, not prevented. pip install "
+                    "'trainyard[s3]' for whole reads.", safe_reason(exc) or "no boto3")
+            return None
+
+    def read_json(self, path: str) -> Optional[Dict[str, Any]]:
+        """The parsed file, or None when there is none (no separate existence check: on
+        an object store that would be one more request before the read's own)."""
+        try:
+            data = self.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        return json.loads(data.decode("utf-8"))
+
+    # --- writes ----------------------------------------------------------------
+    def makedirs(self, path: str) -> None:
+        if self.object_store:  # prefixes need no marker objects
+            return
+        self.fs.create_dir(path, recursive=True)
+
+    @retrying
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Write a file so that readers see the old or the new content, never a part."""
+        if self.local:
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_path(directory, directory=True)
+        else:  # object stores make a PUT visible whole or not at all
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+
+    def write_json_atomic(self, path: str, obj: Any) -> None:
+        self.write_bytes_atomic(path, json.dumps(obj, indent=1, default=str).encode("utf-8"))
+
+    @retrying
+    def _put_file(self, local_path: str, dest: str) -> None:
+        with open(local_path, "rb") as fin, self.fs.open_output_stream(dest) as fout:
+            while True:
+                chunk = fin.read(_COPY_CHUNK)
+                if not chunk:
+                    break
+                fout.write(chunk)
+
+    def upload_dir(self, local_dir: str, dest: str) -> List[str]:
+        """Copy a local directory's files to ``dest`` (durably on local disk)."""
+        files = list_files(local_dir)
+        if self.local:
+            made = set()
+            for rel in files:
+                target = os.path.join(dest, rel)
+                parent = os.path.dirname(target)
+                if parent not in made:
+                    os.makedirs(parent, exist_ok=True)
+                    made.add(parent)
+                _copy_local_file_durable(os.path.join(local_dir, rel), target)
+            for parent in made:
+                _fsync_path(parent, directory=True)
+        elif self.object_store:  # one PUT per file, a few in parallel, no dir markers
+            jobs = [(os.path.join(local_dir, rel), join(dest, rel.replace(os.sep, "/")))
+                    for rel in files]
+            if len(jobs) <= 1:
+                for src, dst in jobs:
+                    self._put_file(src, dst)
+            else:
+                with ThreadPoolExecutor(min(_UPLOAD_THREADS, len(jobs))) as pool:
+                    for fut in [pool.submit(self._put_file, src, dst) for src, dst in jobs]:
+                        fut.result()
+        else:
+            self.makedirs(dest)
+            pafs.copy_files(local_dir, dest, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs)
+        return files
+
+    @retrying
+    def download_dir(self, src: str, local_dir: str) -> None:
+        os.makedirs(local_dir, exist_ok=True)
+        if self.local:
+            shutil.copytree(src, local_dir, dirs_exist_ok=True)
+            return
+        if not self.is_dir(src):
+            raise FileNotFoundError(f"{self.display(src)} does not exist or is not a directory")
+        pafs.copy_files(src, local_dir, source_filesystem=self.fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+
+    def move(self, src: str, dst: str) -> None:
+        """Move a file or a directory. Object stores have no rename: a directory moves
+        file by file (server-side copy, then delete), so it is not atomic there; commit
+        markers, not moves, make checkpoints visible."""
+        if self.local:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+        elif self.object_store and self.is_dir(src):
+            for rel in self.list_files(src):
+                self._move_file(join(src, rel), join(dst, rel))
+            self.delete_dir(src)
+        else:
+            self._move_file(src, dst)
+
+    @retrying
+    def _move_file(self, src: str, dst: str) -> None:
+        try:
+            self.fs.move(src, dst)
+        except FileNotFoundError:
+            # A retried move whose first try went through (the answer was lost).
+            if self.fs.get_file_info(dst).type != pafs.FileType.File:
+                raise
+
+    @retrying
+    def delete_dir(self, path: str) -> None:
+        """Delete a directory and everything under it (nothing if it does not exist).
+
+        A checkpoint's commit marker goes first, so a deletion cut short leaves a
+        directory that a resume treats as uncommitted, never a committed one with
+        files missing (deletion order inside a directory is otherwise arbitrary)."""
+        self._delete_commit_marker(path)
+        try:
+            self.fs.delete_dir(path)
+        except (FileNotFoundError, OSError):
+            if self.exists(path):
+                raise
+
+    @retrying
+    def _delete_commit_marker(self, path: str) -> None:
+        marker = join(path, constants.COMMIT_MARKER)
+        if self.local:
+            try:
+                os.remove(marker)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            _fsync_path(path, directory=True)
+            return
+        try:
+            if self.fs.get_file_info(marker).type == pafs.FileType.File:
+                self.fs.delete_file(marker)
+        except FileNotFoundError:
+            pass
+
+    # --- the atomic directory commit (storage.commit) ----------------------------
+    def commit_dir(self, staging: str, dest: str, marker: Dict[str, Any],
+                   replace: bool = False) -> Dict[str, Any]:
+        """Make the staged directory ``staging`` the committed directory ``dest``: its
+        files and ``marker`` (JSON, in ``constants.COMMIT_MARKER``) appear together, or
+        ``dest`` does not read as committed. One rename on a local disk; on an object
+        store the files are moved and the marker is written last.
+
+        Args:
+            staging: A directory of this storage holding the files to publish.
+            dest: Where they go (on the same storage).
+            marker: What the commit records (index, metrics, a data set reference…).
+            replace: Replace a copy already committed at ``dest``; by default that copy
+                is kept and ``staging`` deleted (content-addressed names: the same
+                name holds the same content). Uncommitted debris is replaced either way.
+
+        Returns:
+            The marker now at ``dest``: ``marker``, or the kept copy's.
+        """
+        return _commit.commit_dir(self, staging, dest, marker, replace)
+
+    def write_commit_marker(self, dest: str, marker: Dict[str, Any]) -> None:
+        """Commit ``dest`` as it is now: write its marker atomically (last)."""
+        _commit.write_commit_marker(self, dest, marker)
+
+    def read_commit_marker(self, dest: str) -> Optional[Dict[str, Any]]:
+        """The commit marker of ``dest``, or None when ``dest`` is not committed."""
+        return _commit.read_commit_marker(self, dest)
+
+    def fsync_dir(self, path: str) -> None:
+        if self.local:
+            _fsync_path(path, directory=True)
+
+    def check_writable(self) -> None:
+        """Write and delete a probe file under the root, or raise StorageError with advice."""
+        if self.object_store:
+            self._check_bucket()
+        probe = join(self.root, f".write_probe_{uuid.uuid4().hex}")
+        try:
+            self.makedirs(self.root)
+            with self.fs.open_output_stream(probe) as f:
+                f.write(b"ok")
+            self.fs.delete_file(probe)
+        except Exception as exc:
+            raise StorageError(
+                f"Cannot write to storage {self.display()!r} ({type(exc).__name__}: "
+                f"{safe_reason(exc)}). Set RunConfig(storage_path=...) or "
+                f"${constants.STORAGE_PATH_ENV_VAR} to a writable directory or bucket."
+            ) from None
+
+    def _check_bucket(self) -> None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            missing = self.fs.get_file_info(bucket).type == pafs.FileType.NotFound
+        except Exception as exc:
+            raise StorageError(
+                f"Cannot reach the bucket of storage {self.display()!r} "
+                f"({type(exc).__name__}: {safe_reason(exc)}). Check the endpoint, the "
+                "network and the credentials (for S3: AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY or an instance role)."
+            ) from None
+        if missing:
+            raise StorageError(
+                f"Storage {self.display()!r}: bucket {bucket!r} does not exist (or these "
+                "credentials cannot see it). Create the bucket first, or set "
+                f"RunConfig(storage_path=...) or ${constants.STORAGE_PATH_ENV_VAR} to an "
+                "existing one."
+            )
+
+
+def make_temp_dir(prefix: str = "trainyard_") -> str:
+    return tempfile.mkdtemp(prefix=prefix)
