@@ -43,20 +43,11 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         steps = " (the steps also: `from tasks import ...`)" if spec.name in _STEPS else ""
         warnings.warn(f"{spec.name} moved to {new} in trainyard 0.1: import from "
                       f"{new}{steps}; the old path will go.", DeprecationWarning,
-                      stacklevel=_caller_level())
+                      stacklevel=2)  # the importing line: warnings skips importlib's frames
         return importlib.import_module(new)
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the new module is already imported."""
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the frame that imported the old path (past importlib's own
-    frames), so the warning names the user's line."""
-    frame, level = sys._getframe(2), 3
-    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 _FINDER = _Finder()
