@@ -13,24 +13,15 @@ from engine import constants
 
 #: The alias the retrain DAGs promote and the batch-predict DAGs score with.
 DEFAULT_ALIAS = "production"
-
-
 #: Which pipelines get a retrain and a batch-predict DAG (comma-separated names; unset
 #: or empty: every pipeline discovery finds).
 PIPELINES_ENV_VAR = constants.AIRFLOW_PIPELINES_ENV_VAR
-
-
 #: The retrain DAGs' cron schedule.
 SCHEDULE_ENV_VAR = constants.RETRAIN_SCHEDULE_ENV_VAR
-
-
 DEFAULT_SCHEDULE = "0 3 * * 1"  # Mondays 03:00 UTC, as deploy/prefect.yaml
-
-
 ASSET_URI_SCHEME = "trainyard"
 
 
-# --- DAG-file helpers (cheap: called at parse time) -------------------------------------
 def model_asset(pipeline: str, alias: str = DEFAULT_ALIAS) -> Asset:
     """The Airflow asset of a pipeline's aliased model: ``trainyard://models/<pipeline>/
     <alias>``. ``promote_task`` lists it as an outlet; DAGs scheduled on it run after

@@ -17,15 +17,9 @@ from engine import constants
 
 #: The Airflow connection the notifiers post to (its URL: ``http(s)://host:port/path``).
 WEBHOOK_CONN_ENV_VAR = constants.AIRFLOW_WEBHOOK_CONN_ENV_VAR
-
-
 DEFAULT_WEBHOOK_CONN_ID = constants.SETTINGS[WEBHOOK_CONN_ENV_VAR].default
-
-
 #: The Airflow connection of the Ray job server (execution="ray_job").
 RAY_CONN_ID_ENV_VAR = constants.RAY_CONN_ID_ENV_VAR
-
-
 DEFAULT_RAY_CONN_ID = "trainyard_ray"
 
 

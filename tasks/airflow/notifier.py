@@ -31,7 +31,6 @@ def rejection_notifier() -> "WebhookNotifier":
     return WebhookNotifier(event="rejected")
 
 
-# --- notifications ----------------------------------------------------------------------
 class WebhookNotifier(BaseNotifier):
     """Posts a JSON message to the URL of an Airflow connection, and logs it.
 

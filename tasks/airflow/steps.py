@@ -60,8 +60,6 @@ logger = logging.getLogger("tasks.airflow")
 
 #: Task retries (a retried ``train`` or ``tune`` resumes, so a retry is cheap).
 RETRIES = 2
-
-
 #: Seconds between the trigger's polls of a deferred task's Ray job.
 TRIGGER_POLL_S = 2.0
 

@@ -51,7 +51,6 @@ def emit_decision_event(decision: Promotion, metrics: Mapping[str, Any]) -> Any:
         return None
 
 
-# --- notifications -----------------------------------------------------------------------
 def notify_rejection(decision: Promotion, metrics: Mapping[str, Any]) -> bool:
     """POST ``{"event": "trainyard.model.rejected", ...}`` to ``$TRAINYARD_NOTIFY_WEBHOOK``
     (if set): the gate's reasons, the metrics, the model the alias still points at. A

@@ -4,7 +4,6 @@ written, ship the pipeline's code and connect to the job server (``local``: None
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from typing import Any, Dict, Optional
@@ -12,12 +11,9 @@ from typing import Any, Dict, Optional
 from tasks.ray_jobs import shipping
 from tasks.ray_jobs.settings import (LOCAL, current_caller, digest, execution_mode, job_address,
                                      job_name, job_storage_root, orchestrator_run_id)
-from tasks.ray_jobs.submission import StepJob, connect, job_runtime_env
-
-logger = logging.getLogger("tasks.jobs")
+from tasks.ray_jobs.submission import StepJob, job_runtime_env
 
 
-# --- planning a step's job ----------------------------------------------------------------
 def plan(step: str, kwargs: Dict[str, Any]) -> Optional["StepJob"]:
     """The Ray job of a step call in ``ray_job`` mode (connected to the job server), or
     None in ``local`` mode. Every input error is raised here, before anything is written.

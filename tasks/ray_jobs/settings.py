@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import time
@@ -43,8 +42,6 @@ from typing import Any, Callable, Iterator, Optional
 from engine import constants
 from engine.storage import Storage, default_root, redact
 from engine.exceptions import ConfigError, TrainyardError
-
-logger = logging.getLogger("tasks.jobs")
 
 EXECUTION_ENV_VAR = constants.EXECUTION_ENV_VAR
 JOB_ADDRESS_ENV_VAR = constants.RAY_JOB_ADDRESS_ENV_VAR

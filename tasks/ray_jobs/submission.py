@@ -31,7 +31,6 @@ from tasks.ray_jobs.settings import (ENTRY_MODULE, FORWARDED_ENV_VARS, JOBS_DIR,
 logger = logging.getLogger("tasks.jobs")
 
 
-# --- one step as a job --------------------------------------------------------------------
 @dataclass
 class StepJob:
     """One pipeline step submitted as a Ray job.
