@@ -1,6 +1,7 @@
 """The module paths the docs showed before ``tasks`` became a package of packages still
 work: each gives the new module itself (the same objects) and a DeprecationWarning that
-names the new import; ``import tasks`` stays light.
+names the new import; ``import tasks`` stays light; the steps have the same names in
+``tasks``, ``tasks.prefect`` and ``tasks.airflow``.
 
 One child process (Airflow reads its configuration once per process, and the test
 process never imports Airflow) imports every old path and reports what it got.
@@ -40,6 +41,12 @@ CHILD = textwrap.dedent('''
     out["step_names_stay_steps"] = (
         tasks.validate is old_validate and callable(tasks.validate)
         and tasks.ingest is old_ingest)
+    steps = ("ingest", "validate", "split", "train", "tune", "evaluate", "batch_predict",
+             "promote")
+    import tasks.airflow, tasks.prefect
+    out["missing_step_names"] = {
+        pkg.__name__: [n for n in steps if not callable(getattr(pkg, n, None))]
+        for pkg in (tasks, tasks.prefect, tasks.airflow)}
     print("RESULT " + json.dumps(out))
 ''')
 
@@ -67,6 +74,11 @@ def test_an_old_path_gives_the_new_module_and_warns(report, old):
     got = report["paths"][old]
     assert got["same_module"] and got["same_objects"], got
     assert len(got["warnings"]) == 1 and OLD_PATHS[old] in got["warnings"][0], got
+
+
+def test_tasks_and_each_orchestrator_package_have_the_same_step_names(report):
+    assert report["missing_step_names"] == {"tasks": [], "tasks.prefect": [],
+                                            "tasks.airflow": []}
 
 
 def test_the_step_names_stay_the_steps_and_import_tasks_stays_light(report):
