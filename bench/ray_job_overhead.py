@@ -5,7 +5,7 @@
 
 Without ``--address`` it starts its own cluster (``ray start --head --block`` in its own
 process group, 4 CPUs, own ports; stopped at the end). Both modes run the same
-``tasks.core.train`` of the digits pipeline (1 worker, ``epoch_delay_s`` paced so that
+``tasks.train`` of the digits pipeline (1 worker, ``epoch_delay_s`` paced so that
 training takes about ``--train-s`` seconds) against that cluster, alternating, after
 one warm-up of each (the ``local`` caller is then a warm Ray driver; each ``ray_job``
 step starts a fresh job driver, which is the point):
@@ -61,11 +61,11 @@ def _first_report_at(run_uri: str) -> float:
 
 def _one_step(mode: str, splits: Any, storage: str, name: str, config: Dict[str, Any]
               ) -> Dict[str, Any]:
-    from tasks import core
+    import tasks
 
     os.environ["TRAINYARD_EXECUTION"] = mode
     t0 = time.time()
-    ref = core.train("digits", splits, {"num_workers": 1},
+    ref = tasks.train("digits", splits, {"num_workers": 1},
                      {"name": name, "storage": storage, "config": config, "verbose": 0})
     t1 = time.time()
     with open(os.path.join(ref.run_uri, "run_state.json")) as f:
@@ -124,10 +124,10 @@ def main(argv: Any = None) -> int:
                           TRAINYARD_RAY_JOB_POLL_S="0.2")
         if head is not None:
             os.environ["RAY_AUTH_MODE"] = "disabled"
-        from tasks import core
+        import tasks
 
         storage = tempfile.mkdtemp(prefix="ty-bench-rayjob-")
-        splits = core.split(core.ingest("sklearn:digits", storage=storage), 0.2, 0, "target")
+        splits = tasks.split(tasks.ingest("sklearn:digits", storage=storage), 0.2, 0, "target")
         delay = max(0.0, args.train_s / args.epochs - EPOCH_S_GUESS)
         config = {"epochs": args.epochs, "epoch_delay_s": delay, "seed": 0}
         warm = {"epochs": 1, "seed": 0}

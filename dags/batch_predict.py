@@ -22,9 +22,9 @@ from typing import Any, Dict
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
-from tasks.airflow_tasks import (DEFAULT_ALIAS, batch_predict_task, dag_pipelines,
-                                 failure_notifier, ingest_task, model_asset,
-                                 resolve_model_task, xcom_uri)
+from tasks.airflow import (DEFAULT_ALIAS, batch_predict_task, dag_pipelines,
+                           failure_notifier, ingest_task, model_asset,
+                           resolve_model_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -47,12 +47,12 @@ PARAMS = {
 def plan(pipeline: str) -> Dict[str, Any]:
     """The run's settings: params over the pipeline's defaults, as JSON."""
     from pipelines import get_pipeline
-    from tasks._store import storage_root
+    from engine.storage import default_root
 
     p = get_current_context()["params"]
     spec = get_pipeline(pipeline)
     # XCom gets URIs without credentials; each task reopens them with theirs.
-    return {"storage": xcom_uri(storage_root(p["storage"])),
+    return {"storage": xcom_uri(default_root(p["storage"])),
             "source": p["source"] or spec.source, "output": xcom_uri(p["output"]),
             "num_workers": p["num_workers"], "execution": p["execution"]}
 

@@ -12,7 +12,7 @@ validation metrics pass the gate, and only then emits an event on the model's as
 (``trainyard://models/<pipeline>/production``), which schedules
 ``batch_predict_<pipeline>`` (dags/batch_predict.py). A failed gate skips ``promote``
 and posts the gate's reasons to the ``trainyard_webhook`` connection
-(``tasks.airflow_tasks.WebhookNotifier``); so does a task that fails for good.
+(``tasks.airflow.WebhookNotifier``); so does a task that fails for good.
 
 Cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE`` (default Mondays 03:00 UTC; ``none``:
 triggered runs only), no catch-up, one run at a time. Pipelines: ``$TRAINYARD_AIRFLOW_PIPELINES`` (comma-separated; default:
@@ -34,11 +34,11 @@ from typing import Any, Dict, Optional
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
-from tasks.airflow_tasks import (DEFAULT_ALIAS, dag_pipelines, evaluate_task,
-                                 failure_notifier, ingest_task, model_asset, promote_task,
-                                 rejection_notifier, retrain_schedule,
-                                 skip_if_unchanged_task, split_task, train_task, tune_task,
-                                 validate_task, xcom_uri)
+from tasks.airflow import (DEFAULT_ALIAS, dag_pipelines, evaluate_task,
+                           failure_notifier, ingest_task, model_asset, promote_task,
+                           rejection_notifier, retrain_schedule,
+                           skip_if_unchanged_task, split_task, train_task, tune_task,
+                           validate_task, xcom_uri)
 
 PARAMS = {
     "storage": Param(None, type=["null", "string"],
@@ -104,11 +104,11 @@ PARAMS = {
 def plan(pipeline: str) -> Dict[str, Any]:
     """The run's settings: params over the pipeline's defaults, as JSON."""
     from pipelines import get_pipeline
-    from tasks._store import storage_root
+    from engine.storage import default_root
 
     p = get_current_context()["params"]
     spec = get_pipeline(pipeline)
-    storage = xcom_uri(storage_root(p["storage"]))  # each task reopens it with credentials
+    storage = xcom_uri(default_root(p["storage"]))  # each task reopens it with credentials
     return {
         "storage": storage,
         "source": p["source"] or spec.source,

@@ -1,1 +1,1 @@
-"""Prefect flows composed from ``tasks.prefect_tasks`` (deployment entrypoints)."""
+"""Prefect flows composed from ``tasks.prefect`` (deployment entrypoints)."""

@@ -15,10 +15,10 @@ from typing import Any, Dict, List, Optional
 
 from prefect import flow
 
-from tasks import core
-from tasks._store import storage_root
-from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, ingest_task,
-                                 notify_flow_failure, task_options)
+import tasks
+from engine.storage import default_root
+from tasks.prefect import (RETRIES, RETRY_DELAY_S, batch_predict_task, ingest_task,
+                           notify_flow_failure, task_options)
 from tasks.refs import DatasetRef
 
 
@@ -61,9 +61,9 @@ def batch_predict(pipeline: str = "digits", source: Optional[str] = None,
     from pipelines import get_pipeline
 
     spec = get_pipeline(pipeline)
-    storage = storage_root(storage)
-    model = (core.promoted_checkpoint(pipeline, checkpoint_uri, alias, storage=storage)
-             if checkpoint_uri else core.resolve_alias(pipeline, alias, storage=storage))
+    storage = default_root(storage)
+    model = (tasks.promoted_checkpoint(pipeline, checkpoint_uri, alias, storage=storage)
+             if checkpoint_uri else tasks.resolve_alias(pipeline, alias, storage=storage))
     if model is None:
         raise NoModelError(f"No {alias!r} model for pipeline {pipeline!r} under {storage!r}: "
                            "run the retrain flow first (python -m flows.retrain).")

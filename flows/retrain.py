@@ -24,14 +24,14 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import engine
+import tasks
+from engine.storage import default_root
 from flows._server import patient_ephemeral_server, prefect_api  # noqa: F401 (re-export)
-from tasks import core
-from tasks._sources import production_trained_on
-from tasks._store import storage_root
-from tasks.prefect_tasks import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
-                                 ingest_task, notify_flow_failure, promote_task,
-                                 report_task, split_task, task_options, train_task,
-                                 tune_task, validate_task)
+from tasks.prefect import (RETRIES, RETRY_DELAY_S, batch_predict_task, evaluate_task,
+                           ingest_task, notify_flow_failure, promote_task,
+                           report_task, split_task, task_options, train_task,
+                           tune_task, validate_task)
+from tasks.registry import production_trained_on
 from tasks.report import report_dir, summarize
 
 
@@ -64,7 +64,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
             (default ``$TRAINYARD_STORAGE_PATH`` or ``~/trainyard_results``).
         num_workers: Training workers (per tuning trial, too).
         test_size, seed: The validation split.
-        param_space: The search (JSON form, see ``tasks.core.tune``); default the
+        param_space: The search (JSON form, see ``tasks.tune``); default the
             pipeline's small grid.
         tune_samples: Repeats of the grid.
         tune_epochs: Epochs (boosting rounds) per trial.
@@ -83,7 +83,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         data_schema, data_checks: Instead of the pipeline's schema / more checks
             (``min_rows``, ``drift``, ``reference``), as ``validate`` takes them.
         window, partition_filter, incremental: For a Hive-partitioned ``source``
-            (``tasks.core.ingest``); the window ends at this flow run's scheduled
+            (``tasks.ingest``); the window ends at this flow run's scheduled
             start time unless it says ``until``.
         skip_if_unchanged: Stop after the split when the ``alias`` model was trained on
             exactly this training data (nothing new arrived).
@@ -100,7 +100,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
     from pipelines import get_pipeline
 
     spec = get_pipeline(pipeline)
-    storage = storage_root(storage)
+    storage = default_root(storage)
     retry = task_options(task_retries, retry_delay_s, storage)
     scaling = {"num_workers": num_workers}
     jobs = {"execution": execution, "runtime_env": runtime_env}
@@ -136,7 +136,7 @@ def retrain(pipeline: str = "digits", source: Optional[str] = None,
         metrics = evaluate_task.with_options(**retry)(ckpt, splits["validation"], **jobs)
         promotion = promote_task.with_options(**retry)(ckpt, metrics, alias, gate,
                                                        dataset=splits["validation"])
-        production = core.resolve_alias(pipeline, alias, storage=storage)
+        production = tasks.resolve_alias(pipeline, alias, storage=storage)
         predictions = None
         if production is None:
             print(f"No {alias!r} model for {pipeline!r} (the gate failed and none was "

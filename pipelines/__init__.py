@@ -82,12 +82,12 @@ class PipelineSpec:
             ``validation/test_score`` (sklearn), ``accuracy`` with your own trainer.
         defaults: Flat default hyperparameters (``{"lr": 3e-3, "epochs": 15}``).
         param_space: The default small search, in the JSON form
-            ``tasks.core.parse_param_space`` reads (``{"lr": {"loguniform": [1e-3, 1e-2]}}``).
+            ``tasks.parse_param_space`` reads (``{"lr": {"loguniform": [1e-3, 1e-2]}}``).
         epochs_key: The hyperparameter that counts epochs / boosting rounds. Default
             ``epochs``, ``num_boost_round`` for GBDTs, None for scikit-learn (no epochs).
         gate: The default promotion gate: ``{"accuracy": ">=0.9"}``, or a floor and
             not worse than the current model on the same data:
-            ``{"accuracy": [">=0.9", ">=champion"]}`` (see ``tasks.core.promote``).
+            ``{"accuracy": [">=0.9", ">=champion"]}`` (see ``tasks.promote``).
         tune_space: ``f(flat_space)`` → the Tuner's ``param_space`` for that trainer.
         config_of: ``f(result)`` → the flat hyperparameters a tuning trial sampled.
         predictor_kwargs: ``f(config)`` → keyword arguments of the framework

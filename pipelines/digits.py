@@ -267,7 +267,7 @@ def _fit(config: Dict[str, Any], epoch_batches: Callable[[int], Iterable], X_val
 # pipelines/breast_cancer.py).
 def train_func_files(config: Dict[str, Any], data: Dict[str, Any], label_column: str,
                      preprocessor: Any = None) -> None:
-    """``train_func`` on the Parquet tables ``tasks.core.split`` wrote: ``data`` maps
+    """``train_func`` on the Parquet tables ``tasks.split`` wrote: ``data`` maps
     ``train``/``validation`` to ``(pyarrow filesystem, path)``; the features are every
     column but ``label_column``, transformed by the fitted ``preprocessor``."""
     import torch

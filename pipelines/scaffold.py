@@ -3,7 +3,7 @@
     <dir>/pyproject.toml           the distribution, with the trainyard.pipelines entry point
     <dir>/<name>_pipeline/pipeline.py    the PipelineSpec (a train function or parameters)
     <dir>/<name>_pipeline/data/sample.csv    a small data set: the default source
-    <dir>/tests/test_pipeline.py   trains it one epoch/round through tasks.core.train
+    <dir>/tests/test_pipeline.py   trains it one epoch/round through tasks.train
     <dir>/README.md                how to run it: CLI, Prefect flow, Airflow DAG
 
 The package works before it is installed (``pytest`` in ``<dir>``) and, once
@@ -321,7 +321,7 @@ import os
 
 import pytest
 
-from tasks import core
+import tasks
 
 from $pkg.pipeline import SPEC
 
@@ -339,16 +339,16 @@ def findable(monkeypatch):
 
 def test_trains_one_epoch_and_scores(tmp_path):
     storage = str(tmp_path)
-    data = core.ingest(SPEC.source, storage=storage)
-    splits = core.split(data, test_size=0.25, seed=0, stratify_column=SPEC.label_column)
+    data = tasks.ingest(SPEC.source, storage=storage)
+    splits = tasks.split(data, test_size=0.25, seed=0, stratify_column=SPEC.label_column)
     config = {SPEC.epochs_key: 1} if SPEC.epochs_key else {}
-    ckpt = core.train(SPEC.name, splits, {"num_workers": 1},
+    ckpt = tasks.train(SPEC.name, splits, {"num_workers": 1},
                       {"storage": storage, "config": config, "verbose": 0})
     assert ckpt.pipeline == SPEC.name and ckpt.uri.startswith(storage)
     if SPEC.epochs_key:
         assert ckpt.config[SPEC.epochs_key] == 1
 
-    metrics = core.evaluate(ckpt, splits["validation"])
+    metrics = tasks.evaluate(ckpt, splits["validation"])
     assert metrics["num_rows"] == splits["validation"].num_rows
     assert 0.0 <= metrics["accuracy"] <= 1.0
 '''

@@ -7,7 +7,7 @@
         engine.report({"val_accuracy": acc}, checkpoint=...)
 
 The default trainer of a torch or tensorflow ``PipelineSpec`` hands its ``train_func`` a
-:class:`TabularData` over the Parquet tables ``tasks.core.split`` wrote. Every worker
+:class:`TabularData` over the Parquet tables ``tasks.split`` wrote. Every worker
 reads them whole (``shard=True`` keeps every ``world_size``-th row): right for the small
 and medium tables most pipelines start with; for data that does not fit one worker, give
 the spec your own ``make_trainer`` that passes ``datasets=`` to the trainer and read

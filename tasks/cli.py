@@ -95,7 +95,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pipelines import get_pipeline
-    from tasks import core
+    from tasks import steps
 
     spec = get_pipeline(args.pipeline)
     config = _overrides(args.set)
@@ -104,15 +104,15 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"Pipeline {spec.name!r} ({spec.framework}) has no epochs: drop "
                              "--epochs (set its hyperparameters with --set KEY=VALUE).")
         config[spec.epochs_key] = args.epochs
-    data = core.ingest(args.source or spec.source, storage=args.storage)
+    data = steps.ingest(args.source or spec.source, storage=args.storage)
     spec.check_columns(data.columns)
     stratify = spec.label_column if spec.task == "classification" else None
-    splits = core.split(data, args.test_size, args.seed, stratify)
+    splits = steps.split(data, args.test_size, args.seed, stratify)
     name = args.name or f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    ckpt = core.train(spec.name, splits, {"num_workers": args.workers},
+    ckpt = steps.train(spec.name, splits, {"num_workers": args.workers},
                       {"name": name, "storage": args.storage, "config": config,
                        "max_failures": args.max_failures, "verbose": 0 if args.json else 1})
-    metrics = core.evaluate(ckpt, splits["validation"])
+    metrics = steps.evaluate(ckpt, splits["validation"])
     out = {"run": ckpt.run_name, "run_dir": ckpt.run_uri, "checkpoint": ckpt.uri,
            "config": ckpt.config, "validation": _scalars(metrics),
            "confusion_matrix": metrics.get("confusion_matrix_path")}

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from engine import constants
 from engine.storage import Storage, default_root, join
-from tasks import _store
+from tasks import layout
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
 REPORT_FILE = "report.md"
@@ -25,8 +25,8 @@ _SHOWN_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss"
 
 
 def report_dir(storage: Optional[str], pipeline: str, run_id: str) -> str:
-    return _store.sub(default_root(storage), _store.REPORTS_DIR,
-                      _store.clean_name(f"{pipeline}-{run_id}", "report name"))
+    return layout.sub(default_root(storage), layout.REPORTS_DIR,
+                      layout.clean_name(f"{pipeline}-{run_id}", "report name"))
 
 
 def summarize(pipeline: str, checkpoint: CheckpointRef, metrics: Mapping[str, Any],
@@ -61,7 +61,7 @@ def write_report(directory: str, summary: Mapping[str, Any], checkpoint: Checkpo
     st = Storage.from_path(directory)
     root = st.root
     images = {}
-    curve = _store.sub(checkpoint.run_uri or "", constants.PLOT_FILE) \
+    curve = layout.sub(checkpoint.run_uri or "", constants.PLOT_FILE) \
         if checkpoint.run_uri else None
     for name, src in (("learning_curve.png", curve),
                       ("confusion_matrix.png", metrics.get("confusion_matrix_path"))):

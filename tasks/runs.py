@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engine import constants
 from engine.storage import Storage, default_root, join, redact
-from tasks import _store
+from tasks import layout
 
 TUNER_STATE_FILE = "tuner_state.json"
 
@@ -26,7 +26,7 @@ class RunNotFoundError(LookupError):
 
 def _roots(storage: Optional[str]) -> List[Tuple[Storage, str]]:
     root = default_root(storage)
-    roots = (Storage.from_path(_store.sub(root, _store.RUNS_DIR)), Storage.from_path(root))
+    roots = (Storage.from_path(layout.sub(root, layout.RUNS_DIR)), Storage.from_path(root))
     return [(st, st.root) for st in roots]
 
 

@@ -71,7 +71,7 @@ from datetime import datetime, timezone
 
 from airflow.sdk import dag
 
-from tasks.airflow_tasks import ingest_task, split_task, train_task
+from tasks.airflow import ingest_task, split_task, train_task
 
 STORAGE = os.environ["MAPPED_TRAIN_STORAGE"]
 

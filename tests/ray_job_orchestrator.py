@@ -3,7 +3,7 @@
     python tests/ray_job_orchestrator.py <out.json> <storage> <run name> <epochs> [step ...]
 
 It ingests and splits the digits here (no Ray; ``$TY_PIPELINE``, ``$TY_SOURCE``,
-``$TY_LABEL`` and ``$TY_CONFIG`` (JSON) name another pipeline), then calls ``tasks.core.train`` (and
+``$TY_LABEL`` and ``$TY_CONFIG`` (JSON) name another pipeline), then calls ``tasks.train`` (and
 ``evaluate``, ``batch_predict`` when named) in the mode ``$TRAINYARD_EXECUTION`` says,
 and writes the references, and whether this process imported torch or started Ray, to
 ``out.json``.
@@ -20,7 +20,7 @@ import sys
 def main(out: str, storage: str, run_name: str, epochs: str, *steps: str) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(name)s %(levelname)s %(message)s")
-    from tasks import core
+    from tasks import steps as core
 
     pipeline = os.environ.get("TY_PIPELINE", "digits")  # another: TY_SOURCE, TY_LABEL
     data = core.ingest(os.environ.get("TY_SOURCE", "sklearn:digits"), storage=storage)

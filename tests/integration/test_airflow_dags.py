@@ -373,7 +373,7 @@ def _run_summary(dr, dag_id: str) -> dict:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from tasks.core import run_name_for
+    from tasks import run_name_for
 
     with create_session() as session:
         tis = {ti.task_id: {"state": _state(ti.state),

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.airflow_ray_job_driver import write_mapped_dag
-from tasks._jobs import job_name
+from tasks.ray_jobs import job_name
 from tests.conftest import REPO
 from tests.integration.test_airflow_dags import airflow_env, airflow_home  # noqa: F401
 from tests.integration.test_ray_job import head  # noqa: F401 - the cluster fixture

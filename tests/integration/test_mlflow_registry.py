@@ -13,7 +13,8 @@ import socket
 import pytest
 
 from engine import constants
-from tasks import _registry, core
+from tasks import registry as _registry
+from tasks import steps as core
 from tasks.refs import CheckpointRef
 
 pytest.importorskip("mlflow")

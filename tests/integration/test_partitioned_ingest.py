@@ -13,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.exceptions import ConfigError
-from tasks import _datasets, _partitions, core
+from tasks import steps as core
+from tasks.sources import files as _datasets
+from tasks.sources import partitions as _partitions
 
 ROWS_PER_DAY = 100_000  # 10 days: 1M rows
 

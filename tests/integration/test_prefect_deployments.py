@@ -234,7 +234,7 @@ def test_a_rejected_candidate_emits_rejected_notifies_and_starts_no_scoring(stac
 def test_the_schedule_retrains_and_the_promotion_triggers_scoring_with_that_model(stack):
     import pyarrow.parquet as pq
 
-    from tasks.prefect_tasks import RESULTS_DIR
+    from tasks.prefect import RESULTS_DIR
 
     log = stack["worker_log"]
 

@@ -227,7 +227,7 @@ def test_tasks_write_artifacts(retrain_run):
 
 
 def test_refs_survive_prefect_result_persistence(retrain_run, prefect_api):
-    from tasks.prefect_tasks import RESULTS_DIR
+    from tasks.prefect import RESULTS_DIR
     from tasks.refs import CheckpointRef, DatasetRef, Promotion, TuneRef
 
     state, storage, _ = retrain_run
@@ -261,7 +261,7 @@ def test_two_train_calls_in_one_flow_run_train_two_runs(ray_session, prefect_api
     its retry resumes that call's run, not the first call's."""
     from prefect import flow
 
-    from tasks.prefect_tasks import ingest_task, split_task, train_task
+    from tasks.prefect import ingest_task, split_task, train_task
 
     storage = str(tmp_path / "storage")
     epochs = 3
@@ -420,8 +420,8 @@ def test_a_webhook_that_is_down_does_not_fail_the_promotion_or_the_flow(
     from prefect import flow
 
     from engine.constants import NOTIFY_WEBHOOK_ENV_VAR
-    from tasks import core
-    from tasks.prefect_tasks import promote_task
+    from tasks import steps as core
+    from tasks.prefect import promote_task
     from tasks.refs import CheckpointRef
 
     with socket.socket() as s:  # a port nothing listens on
@@ -455,8 +455,8 @@ def test_task_results_on_an_s3_root_are_read_back_by_another_process(
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
 
-    from tasks._store import sub
-    from tasks.prefect_tasks import RESULTS_DIR, ingest_task, task_options
+    from tasks.layout import sub
+    from tasks.prefect import RESULTS_DIR, ingest_task, task_options
 
     storage = s3_storage_path.replace("s3://", "s3://trainyard-test-key-id:uriSecret@")
 
@@ -479,7 +479,7 @@ def test_task_results_on_an_s3_root_are_read_back_by_another_process(
                PYTHONPATH=os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p))
     reader = subprocess.run([sys.executable, "-c", (
         "import sys, uuid\n"
-        "import tasks.prefect_tasks  # the block type\n"
+        "import tasks.prefect  # the block type\n"
         "from prefect.client.orchestration import get_client\n"
         "with get_client(sync_client=True) as c:\n"
         "    run = c.read_task_run(uuid.UUID(sys.argv[1]))\n"
@@ -566,7 +566,7 @@ def test_flow_window_ends_at_the_scheduled_time_and_bad_data_stops_before_traini
 def test_flow_skips_training_when_production_was_trained_on_this_data(
         prefect_api, tmp_path, events_pipeline):
     from flows.retrain import retrain
-    from tasks import core
+    from tasks import steps as core
     from tasks.refs import CheckpointRef
 
     source, storage = str(tmp_path / "events"), str(tmp_path / "st")
@@ -588,7 +588,7 @@ def test_flow_skips_training_when_production_was_trained_on_this_data(
     runs = _task_runs(state.state_details.flow_run_id, completed=("ingest", "validate"),
                       present=("tune",))
     assert "tune" in runs and runs["validate"].state.is_completed()
-    from tasks.validate import ValidationReport
+    from tasks.validation import ValidationReport
 
     report = runs["validate"].state.result()  # read back through the JSON result store
     assert isinstance(report, ValidationReport) and report.passed
@@ -605,7 +605,7 @@ def test_database_password_from_a_secret_block_never_reaches_prefect(
     from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
                                                 LogFilter, LogFilterFlowRunId)
 
-    from tasks.prefect_tasks import ingest_task
+    from tasks.prefect import ingest_task
     from tests.pg_server import create_sales_table, start_postgres
 
     import logging

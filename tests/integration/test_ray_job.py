@@ -113,7 +113,7 @@ def test_train_as_a_ray_job_returns_the_same_checkpoint_as_local(head, tmp_path)
     assert [(j.submission_id, str(j.status)) for j in jobs] == [
         ("trainyard-train-rj-digits-a1", "SUCCEEDED")]
     for job_info in jobs:  # nothing secret or large in what Ray shows
-        assert job_info.entrypoint == "python -m tasks._job_entry trainyard-train-rj-digits"
+        assert job_info.entrypoint == "python -m tasks.ray_jobs.entry trainyard-train-rj-digits"
 
     local = _orchestrate(tmp_path, head, storage, "local-digits", 2, "evaluate",
                          mode="local", name="local")
@@ -200,7 +200,7 @@ def _refs(storage):
 def test_bad_job_settings_fail_before_anything_is_written(case, tmp_path, monkeypatch,
                                                           not_a_job_server):
     from engine.exceptions import ConfigError
-    from tasks import core
+    from tasks import steps as core
 
     storage = str(tmp_path / "storage")
     address = {"unreachable": "http://127.0.0.1:9", "not_ray": not_a_job_server,
@@ -220,7 +220,7 @@ def test_bad_job_settings_fail_before_anything_is_written(case, tmp_path, monkey
 
 def test_a_runtime_env_that_cannot_install_is_a_config_error(head, tmp_path, monkeypatch):
     from engine.exceptions import ConfigError
-    from tasks import core
+    from tasks import steps as core
 
     storage = str(tmp_path / "storage")
     for key, value in _env(head, storage).items():
@@ -328,7 +328,7 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     # Promoted, and it scores the same in local mode.
     pointer = json.loads((storage / "models" / "digits" / "production.json").read_text())
     assert pointer["decision"] == "promoted"
-    from tasks import core
+    from tasks import steps as core
 
     ckpt = pointer["checkpoint"]
     evaluated = glob.glob(os.path.join(ckpt["run_uri"], "evaluations", "*", "metrics.json"))

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from engine.exceptions import ConfigError
-from tasks import _datasets, core
+from tasks import steps as core
+from tasks.sources import files as _datasets
 from tests.ray_logs import ray_log_text
 
 ROWS = 1_000_000

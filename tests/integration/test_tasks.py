@@ -12,7 +12,7 @@ import pytest
 
 from engine import constants
 from engine.exceptions import ConfigError, StorageError
-from tasks import core
+from tasks import steps as core
 from tasks.refs import CheckpointRef, DatasetRef
 
 # The module's fits check what training produced, not how workers start: they run on

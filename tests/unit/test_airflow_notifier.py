@@ -1,4 +1,4 @@
-"""``tasks.airflow_tasks.WebhookNotifier``: what it posts, and that a webhook that is down
+"""``tasks.airflow.WebhookNotifier``: what it posts, and that a webhook that is down
 or not configured is logged without failing the task.
 
 Airflow reads its configuration once per process, so the notifier runs in one child
@@ -21,7 +21,7 @@ CHILD = textwrap.dedent('''
     import logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="LOG %(levelname)s %(message)s")
-    from tasks.airflow_tasks import WebhookNotifier
+    from tasks.airflow import WebhookNotifier
 
     class TI:
         dag_id, task_id, run_id, try_number = "retrain_digits", "promote", "manual__1", 1

@@ -276,7 +276,7 @@ def test_batch_predict_deployments_run_on_each_promotion_of_their_model(prefect_
     from pydantic import TypeAdapter
 
     from flows.batch_predict import batch_predict
-    from tasks.prefect_tasks import PROMOTED_EVENT, model_resource_id
+    from tasks.prefect import PROMOTED_EVENT, model_resource_id
 
     predicts = {n: d for n, d in prefect_deployments.items() if n.startswith("batch-predict-")}
     assert predicts

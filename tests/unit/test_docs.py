@@ -8,11 +8,13 @@ GitHub, outside MkDocs), the README's code, and the performance page's hook.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import json
 import re
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 import yaml
@@ -128,14 +130,73 @@ def test_quickstart_is_the_getting_started_one_and_its_imports_exist():
     exec(compile(imports, "README.md quickstart imports", "exec"), {})
 
 
-def test_step_import_marks_precede_code():
-    # The merge of the one public step API rewrites the imports these marks point at.
+OWN_PACKAGES = ("engine", "tasks", "pipelines", "flows", "dags")
+
+
+def _own_imports(code: str) -> Iterator[Tuple[str, str]]:
+    """``(module, name)`` for each import of trainyard's own packages in ``code`` (name
+    empty for ``import module``)."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] in OWN_PACKAGES:
+            for alias in node.names:
+                yield node.module, alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in OWN_PACKAGES:
+                    yield alias.name, ""
+
+
+def _names_defined_by(module: str) -> Optional[set]:
+    """What ``module`` defines, read from its source without importing it (a framework's
+    import costs seconds): top-level bindings, and every string constant, which covers
+    ``__all__`` and the lazy tables of ``engine`` and ``tasks``. None: no such module."""
+    try:
+        spec = importlib.util.find_spec(module)  # imports the parent packages only
+    except ModuleNotFoundError:
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def test_every_trainyard_name_the_docs_import_exists():
+    # What a user copies from the README or a page must import: a module that moved, or a
+    # step renamed, fails here rather than in the user's first run.
+    missing = []
     for page in [README] + _doc_pages():
-        lines = page.read_text(encoding="utf-8").splitlines()
-        for i, line in enumerate(lines):
-            if line.strip() == "<!-- step-imports -->":
-                nxt = lines[i + 1] if i + 1 < len(lines) else ""
-                assert nxt.startswith(("```", ":::")), f"{page.name}:{i + 1}"
+        for code in _code_blocks(page.read_text(encoding="utf-8"), "python"):
+            for module, name in _own_imports(code):
+                names = _names_defined_by(module)
+                if names is None:
+                    missing.append(f"{page.relative_to(REPO)}: no module {module}")
+                elif name and name not in names and \
+                        _names_defined_by(f"{module}.{name}") is None:
+                    missing.append(f"{page.relative_to(REPO)}: from {module} import {name}")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_readmes_flow_and_dag_are_the_guides_ones():
+    blocks = _code_blocks(_readme(), "python")
+    for guide, marker in (("prefect.md", "from tasks.prefect import"),
+                          ("airflow.md", "from tasks.airflow import")):
+        code = next(b for b in blocks if marker in b)
+        assert code in _code_blocks((DOCS / "guides" / guide).read_text(encoding="utf-8"),
+                                    "python"), guide
 
 
 def test_every_page_is_in_the_nav():
@@ -187,3 +248,20 @@ def test_performance_page_without_results_says_how_to_make_them(tmp_path, monkey
     out = hook.on_page_markdown((DOCS / "performance.md").read_text(encoding="utf-8"),
                                 _Page, None, None)
     assert "make bench" in out and hook.TABLE_MARK not in out
+
+
+@pytest.mark.parametrize("root", ["engine/_internal", "tasks"])
+def test_the_code_map_names_every_package_and_module(root):
+    # docs/architecture.md is the newcomer's map: a package or module added, moved or
+    # renamed without the map following it fails here.
+    page = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    missing = []
+    for package in sorted(p for p in (REPO / root).iterdir()
+                          if (p / "__init__.py").exists()):
+        if f"`{package.name}/`" not in page:
+            missing.append(f"{root}/{package.name}/")
+        for module in sorted(package.glob("*.py")):
+            if module.stem != "__init__" and not module.stem.startswith("_") \
+                    and f"`{module.stem}`" not in page:
+                missing.append(f"{root}/{package.name}/{module.name}")
+    assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)

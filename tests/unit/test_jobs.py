@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.exceptions import ConfigError
-from tasks import _jobs
-from tasks._job_entry import _earlier_attempt
+from tasks import ray_jobs as _jobs
+from tasks.ray_jobs.entry import _earlier_attempt
 
 
 def test_mode_and_address_from_arguments_then_environment(monkeypatch):

@@ -1,4 +1,4 @@
-"""Webhook notifications (``tasks._webhook``) and the Prefect flow hook, against a local
+"""Webhook notifications (``tasks.notify``) and the Prefect flow hook, against a local
 HTTP server: what arrives, and that a webhook that is down is logged, never raised."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.constants import NOTIFY_WEBHOOK_ENV_VAR
-from tasks._webhook import notify, post_json
+from tasks.notify import notify, post_json
 
 
 
@@ -88,7 +88,7 @@ def test_a_webhook_that_is_down_or_answers_an_error_is_logged_not_raised(
 def test_the_flow_failure_hook_posts_the_run_and_never_raises(webhook, dead_url,
                                                               monkeypatch, logged):
     pytest.importorskip("prefect")
-    from tasks.prefect_tasks import FLOW_FAILED_EVENT, notify_flow_failure
+    from tasks.prefect import FLOW_FAILED_EVENT, notify_flow_failure
 
     flow = SimpleNamespace(name="retrain")
     run = SimpleNamespace(id="0b5e", name="brave-otter", deployment_id=None,

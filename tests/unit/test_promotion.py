@@ -13,7 +13,9 @@ import os
 import pytest
 
 from engine.exceptions import ConfigError
-from tasks import _registry, core
+from tasks import registry as _registry
+from tasks import steps as core
+from tasks.steps import promotion
 from tasks.refs import CheckpointRef, DatasetRef
 
 FP = "f" * 64
@@ -84,7 +86,7 @@ def test_unknown_gate_operand_is_a_config_error_before_anything_is_evaluated(
     def never(*args, **kwargs):
         raise AssertionError("nothing may be evaluated")
 
-    monkeypatch.setattr(core, "evaluate", never)
+    monkeypatch.setattr(promotion, "evaluate", never)
     monkeypatch.setattr(_registry.FileRegistry, "current", never)
     cand = _ckpt(tmp_path, "checkpoint_000001")
     with pytest.raises(ConfigError, match=r"not a condition.*'>=champion'"):
@@ -125,7 +127,7 @@ def test_the_champion_is_evaluated_on_the_dataset_once_then_cached(tmp_path, mon
         _cache(checkpoint, metrics)  # evaluate keeps its metrics there
         return metrics
 
-    monkeypatch.setattr(core, "evaluate", fake_evaluate)
+    monkeypatch.setattr(promotion, "evaluate", fake_evaluate)
     gate = {"accuracy": ">=champion"}
     # No data to evaluate the champion on, and no earlier evaluation: say what to pass.
     with pytest.raises(ConfigError, match=r"promote\(dataset=\.\.\.\)"):

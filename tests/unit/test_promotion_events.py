@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("prefect")
 
-from tasks.prefect_tasks import (PROMOTED_EVENT, REJECTED_EVENT,  # noqa: E402
-                                 emit_decision_event)
+from tasks.prefect import (PROMOTED_EVENT, REJECTED_EVENT,  # noqa: E402
+                           emit_decision_event)
 from tasks.refs import CheckpointRef, Promotion  # noqa: E402
 
 

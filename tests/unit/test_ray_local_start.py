@@ -276,7 +276,7 @@ def test_the_sigterm_handlers_cancel_the_abort_rays_core_worker_arms(handler):
     it, so that a slow exit is not cut short by SIGABRT."""
     import signal
 
-    from tasks import _job_entry
+    from tasks.ray_jobs import entry as _job_entry
 
     signal.alarm(600)  # what Abseil's failure-signal handler did (with 3 s)
     try:

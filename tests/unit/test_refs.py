@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from engine.exceptions import ConfigError
-from tasks import _registry, _training
-from tasks.core import run_name_for
+from tasks import registry as _registry
+from tasks.steps import _training
+from tasks import run_name_for
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
 
 

@@ -13,7 +13,7 @@ import pytest
 import pipelines
 from engine.exceptions import ConfigError
 from pipelines import _plugins
-from tasks._shipping import with_pipeline
+from tasks.ray_jobs.shipping import with_pipeline
 
 SPEC_MODULE = '''
 from pipelines import PipelineSpec

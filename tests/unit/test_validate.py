@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks import core
+from tasks import steps as core
 from tasks.refs import CheckpointRef
-from tasks.validate import DataValidationError, ValidationReport, validate
+from tasks.validation import DataValidationError, ValidationReport, validate
 
 
 @pytest.fixture(scope="module")

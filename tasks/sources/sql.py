@@ -33,7 +33,8 @@ import pyarrow as pa
 from engine import constants
 from engine.exceptions import ConfigError, TrainyardError
 from engine.storage import Storage, default_root
-from tasks import _datasets, _store
+from tasks import layout
+from tasks.sources import files
 from tasks.refs import DatasetRef
 
 logger = logging.getLogger("tasks")
@@ -278,7 +279,7 @@ def _shards(conn: Any, query: str, key: Optional[str], columns: List[str],
 def ingest_sql(source: Optional[str], *, sql: Optional[str], connection: Optional[str],
                key: Optional[str], readers: Optional[int], storage: Optional[str],
                name: Optional[str]) -> DatasetRef:
-    """``tasks.core.ingest`` of a table or query (module docstring).
+    """``tasks.ingest`` of a table or query (module docstring).
 
     Raises:
         ConfigError: the database cannot be reached, the table does not exist, the query
@@ -313,26 +314,26 @@ def ingest_sql(source: Optional[str], *, sql: Optional[str], connection: Optiona
     metadata = {"source": shown_url(url), "source_format": "sql", "table": table,
                 "query_sha256": None if table else hashlib.sha256(query.encode()).hexdigest(),
                 "key": key}
-    name = _store.clean_name(name or table or "query", "data set name")
+    name = layout.clean_name(name or table or "query", "data set name")
     return _write(_Connect(url), shards, schema, name, storage, metadata, url)
 
 
 def _write(factory: _Connect, shards: List[str], schema: pa.Schema, name: str,
            storage: Optional[str], metadata: Dict[str, Any], url: Any) -> DatasetRef:
     """Read the shards with Ray Data, in order, into a committed Parquet data set."""
-    st = Storage.from_path(_store.sub(default_root(storage), _store.DATASETS_DIR))
+    st = Storage.from_path(layout.sub(default_root(storage), layout.DATASETS_DIR))
     parent = st.root
-    staging = _datasets.staging_dir(st, parent)
-    sink = _datasets.ParquetSink(st, staging, schema)
+    staging = files.staging_dir(st, parent)
+    sink = files.ParquetSink(st, staging, schema)
     try:
         for batch in _read(factory, shards, schema, url):
             sink.write(batch)
         num_rows, fp = sink.close()
         final = f"{parent.rstrip('/')}/{name}-{fp[:12]}"
         ref = DatasetRef(uri=st.display(final), format="parquet", num_rows=num_rows,
-                         schema=_datasets.schema_dict(schema), fingerprint=fp, name=name,
+                         schema=files.schema_dict(schema), fingerprint=fp, name=name,
                          metadata=metadata)
-        ref = _datasets.commit(st, staging, final, ref)
+        ref = files.commit(st, staging, final, ref)
     except BaseException:
         st.delete_dir(staging)
         raise
@@ -364,7 +365,7 @@ def _read(factory: _Connect, shards: List[str], schema: pa.Schema,
         datasets = [ray.data.read_sql(q, factory, override_num_blocks=1) for q in shards]
         ds = datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
         for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for batch in _cast(table, schema).to_batches(_datasets.BATCH_ROWS):
+            for batch in _cast(table, schema).to_batches(files.BATCH_ROWS):
                 yield batch
     except Exception as exc:
         raise SourceError(f"Reading {shown_url(url)} failed in a reader: "

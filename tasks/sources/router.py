@@ -1,5 +1,5 @@
 """Which reader an ``ingest`` call needs: SQL, a Hive-partitioned directory, or the plain
-file/built-in reader of ``tasks._datasets`` (``None`` here: the caller goes on as before).
+file/built-in reader of ``tasks.sources.files`` (``None`` here: the caller goes on as before).
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from engine.exceptions import ConfigError
-from tasks.refs import CheckpointRef, DatasetRef
+from tasks.refs import DatasetRef
 
 _SQL_SCHEMES = ("postgresql", "postgres", "sqlite", "mysql", "mariadb", "mssql", "oracle",
                 "snowflake", "redshift", "bigquery", "duckdb", "trino", "cockroachdb")
@@ -38,9 +38,9 @@ def ingest_from(source: Optional[str], format: Optional[str], *, storage: Option
             raise ConfigError(f"ingest: {sorted(part_opts)} apply to partitioned data sets, "
                               "not to SQL sources: put the condition in the query "
                               "(ingest(sql='SELECT … WHERE …', connection=…)).")
-        from tasks import _sql
+        from tasks.sources import sql
 
-        return _sql.ingest_sql(source, sql=options.get("sql"),
+        return sql.ingest_sql(source, sql=options.get("sql"),
                                connection=options.get("connection"),
                                key=options.get("key"), readers=options.get("readers"),
                                storage=storage, name=name)
@@ -50,13 +50,13 @@ def ingest_from(source: Optional[str], format: Optional[str], *, storage: Option
     if not isinstance(source, str) or source.startswith("sklearn:") \
             or format not in (None, "parquet"):
         return _refuse(part_opts, source)
-    from tasks import _partitions
+    from tasks.sources import partitions
 
     if "://" not in source and not source.startswith("/") and not source.startswith("~"):
         return _refuse(part_opts, source)
-    if not _partitions.is_partitioned(source):
+    if not partitions.is_partitioned(source):
         return _refuse(part_opts, source)
-    return _partitions.ingest_partitioned(
+    return partitions.ingest_partitioned(
         source, storage=storage, name=name, partition_filter=options.get("partition_filter"),
         window=options.get("window"), since=options.get("since"), until=options.get("until"),
         incremental=bool(options.get("incremental")))
@@ -67,17 +67,4 @@ def _refuse(part_opts: set, source: Any) -> None:
         raise ConfigError(f"ingest: {sorted(part_opts)} need a Hive-partitioned Parquet "
                           f"directory (key=value subdirectories, e.g. "
                           f"events/date=2026-11-25/); {source!r} is not one.")
-    return None
-
-
-def production_trained_on(pipeline: str, train: Any, alias: str = "production", *,
-                          storage: Optional[str] = None) -> Optional[CheckpointRef]:
-    """The model ``alias`` points at if it was trained on exactly ``train`` (the same
-    training split fingerprint), else None: what ``skip_if_unchanged`` asks."""
-    from tasks import core
-
-    ref = DatasetRef.from_dict(train)
-    production = core.resolve_alias(pipeline, alias, storage=storage)
-    if production is not None and production.data_fingerprint == ref.fingerprint:
-        return production
     return None

@@ -34,8 +34,9 @@ import pyarrow as pa
 
 from engine import storage as _storage
 from engine.exceptions import ConfigError
-from tasks import _datasets, _store
-from tasks._window import Window, make_window, to_datetime
+from tasks import layout
+from tasks.sources import files
+from tasks.sources._window import Window, make_window, to_datetime
 from tasks.refs import DatasetRef
 
 logger = logging.getLogger("tasks")
@@ -217,7 +218,7 @@ def partition_batches(fs: Any, part: Partition, schema: pa.Schema,
     file_fields = [f for f in schema if f.name not in keys]
     dataset = pds.dataset([p for p, _, _ in part.files], filesystem=fs, format="parquet")
     present = [f.name for f in file_fields if f.name in dataset.schema.names]
-    for batch in dataset.to_batches(columns=present, batch_size=_datasets.BATCH_ROWS):
+    for batch in dataset.to_batches(columns=present, batch_size=files.BATCH_ROWS):
         n = batch.num_rows
         arrays = [batch.column(batch.schema.get_field_index(f.name)).cast(f.type)
                   if f.name in present else pa.nulls(n, f.type) for f in file_fields]
@@ -254,14 +255,14 @@ class SourceState:
 def ingest_partitioned(source: str, *, storage: Optional[str], name: Optional[str],
                        partition_filter: Any = None, window: Any = None, since: Any = None,
                        until: Any = None, incremental: bool = False) -> DatasetRef:
-    """``tasks.core.ingest`` of a Hive-partitioned Parquet directory (module docstring)."""
+    """``tasks.ingest`` of a Hive-partitioned Parquet directory (module docstring)."""
     shown = _storage.redact(source)
     fs, inner = source_filesystem(source)
     keys, parts = discover(fs, inner, shown)
     win = make_window(window, since, until, keys, shown)
     selected = select(parts, keys, partition_filter, win, shown)
-    st = _storage.Storage.from_path(_store.sub(_storage.default_root(storage),
-                                               _store.DATASETS_DIR))
+    st = _storage.Storage.from_path(layout.sub(_storage.default_root(storage),
+                                               layout.DATASETS_DIR))
     parent = st.root
     state = SourceState(st, parent, shown)
     known = {p.key: state.known(p) for p in selected} if incremental else {}
@@ -270,7 +271,7 @@ def ingest_partitioned(source: str, *, storage: Optional[str], name: Optional[st
     schema = target_schema([footers[p.key] for p in selected], keys)
     reuse = {k: e for k, e in known.items() if e and e.get("schema") == encode_schema(schema)}
     base = inner.rstrip("/").rsplit("/", 1)[-1]
-    name = _store.clean_name(name or base.split(".", 1)[0] or "data", "data set name")
+    name = layout.clean_name(name or base.split(".", 1)[0] or "data", "data set name")
     metadata = {"source": shown, "source_format": "parquet", "partitioning": "hive",
                 "partition_keys": keys, "partitions": len(selected),
                 "first_partition": selected[0].key, "last_partition": selected[-1].key,
@@ -279,7 +280,7 @@ def ingest_partitioned(source: str, *, storage: Optional[str], name: Optional[st
     if len(reuse) == len(selected):  # every partition known: maybe nothing to do at all
         fp = combined_fingerprint(schema, [(reuse[p.key]["fingerprint"], reuse[p.key]["rows"])
                                            for p in selected])
-        existing = _datasets.load_manifest(st, _storage.join(parent, f"{name}-{fp[:12]}"))
+        existing = files.load_manifest(st, _storage.join(parent, f"{name}-{fp[:12]}"))
         if existing is not None:
             logger.info("Ingest of %s: no partition changed; the committed data set %s "
                         "(%d partitions) is returned as it is.", shown, existing.uri,
@@ -295,7 +296,7 @@ def _write(fs: Any, st: _storage.Storage, parent: str, selected: List[Partition]
            footers: Dict[str, pa.Schema]) -> DatasetRef:
     """Stage every partition (linked from a committed data set, or read), commit, and
     record the partitions in the source's state."""
-    staging = _datasets.staging_dir(st, parent)
+    staging = files.staging_dir(st, parent)
     entries: List[Dict[str, Any]] = []
     read = []
     try:
@@ -311,9 +312,9 @@ def _write(fs: Any, st: _storage.Storage, parent: str, selected: List[Partition]
         final = _storage.join(parent, f"{name}-{fp[:12]}")
         ref = DatasetRef(uri=st.display(final), format="parquet",
                          num_rows=sum(e["rows"] for e in entries),
-                         schema=_datasets.schema_dict(schema), fingerprint=fp, name=name,
+                         schema=files.schema_dict(schema), fingerprint=fp, name=name,
                          metadata=metadata)
-        ref = _datasets.commit(st, staging, final, ref)
+        ref = files.commit(st, staging, final, ref)
     except BaseException:
         st.delete_dir(staging)
         raise
@@ -330,12 +331,12 @@ def _write(fs: Any, st: _storage.Storage, parent: str, selected: List[Partition]
 
 def _read_partition(fs: Any, st: _storage.Storage, part: Partition, keys: List[str],
                     schema: pa.Schema, directory: str) -> Dict[str, Any]:
-    sink = _datasets.ParquetSink(st, directory, schema)
+    sink = files.ParquetSink(st, directory, schema)
     for batch in partition_batches(fs, part, schema, keys):
         sink.write(batch)
     rows, fp = sink.close()
-    files = sorted(n for n in st.list_dir(directory) if n.endswith(".parquet"))
-    return {"fingerprint": fp, "rows": rows, "files": files, "schema": encode_schema(schema)}
+    names = sorted(n for n in st.list_dir(directory) if n.endswith(".parquet"))
+    return {"fingerprint": fp, "rows": rows, "files": names, "schema": encode_schema(schema)}
 
 
 def _link(st: _storage.Storage, parent: str, entry: Dict[str, Any], directory: str) -> bool:

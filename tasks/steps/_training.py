@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from engine.exceptions import ConfigError
 from engine.storage import default_root, redact
-from tasks import _store
+from tasks import layout
 from tasks.refs import CheckpointRef, DatasetRef
 
 # Data sets up to this many cells (rows × columns) are read into this process where that
@@ -36,7 +36,7 @@ class RunSettings:
         verbose: Engine progress output (0 silent, 1 a line per report).
         execution: ``local`` (this process drives Ray) or ``ray_job`` (the step runs as
             a job on the Ray cluster at ``$TRAINYARD_RAY_JOB_ADDRESS``); default
-            ``$TRAINYARD_EXECUTION`` or ``local`` (see ``tasks._jobs``).
+            ``$TRAINYARD_EXECUTION`` or ``local`` (see ``tasks.ray_jobs``).
         runtime_env: Ray's runtime_env of the job in ``ray_job`` mode (``working_dir``,
             ``py_modules``, ``pip``, ``env_vars``); default the cluster's installation.
     """
@@ -73,7 +73,7 @@ class RunSettings:
 
         return RunConfig(
             name=name or self.name,
-            storage_path=_store.sub(default_root(self.storage), _store.RUNS_DIR),
+            storage_path=layout.sub(default_root(self.storage), layout.RUNS_DIR),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=self.num_to_keep, checkpoint_score_attribute=spec.metric,
                 checkpoint_score_order=spec.mode),
@@ -124,7 +124,7 @@ def build_trainer(spec: Any, refs: Dict[str, DatasetRef], config: Dict[str, Any]
     if preprocessor is not None and not preprocessor.fitted \
             and train_ref.num_rows * len(train_ref.schema) <= IN_PROCESS_MAX_CELLS:
         # Small data: fit here from pandas, not with a Ray Data job per fit() and trial.
-        from tasks._datasets import read_pandas
+        from tasks.sources.files import read_pandas
 
         preprocessor.fit(read_pandas(train_ref))
     return trainer
@@ -245,7 +245,7 @@ def finite_or_none(value: Any) -> Any:
 
 
 def tune_config(spec: Any, options: Optional[Mapping[str, Any]]) -> Any:
-    """A ``TuneConfig`` from the JSON options of ``tasks.core.tune``."""
+    """A ``TuneConfig`` from the JSON options of ``tasks.tune``."""
     from engine.tune import ASHAScheduler, TuneConfig
 
     opts = dict(options or {})

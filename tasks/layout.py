@@ -1,4 +1,5 @@
-"""The layout pipeline tasks keep under the storage root (``engine.storage.default_root``).
+"""The layout pipeline tasks keep under the storage root (``engine.storage.default_root``),
+and the path and name helpers every package of ``tasks`` uses to build it.
 
     <storage>/datasets/<name>-<fingerprint>/          ingest outputs (Parquet + commit marker)
     <storage>/datasets/<...>-split-<seed>-<size>/     split outputs (train/, validation/)
@@ -19,7 +20,7 @@ import re
 from urllib.parse import urlsplit, urlunsplit
 
 from engine.exceptions import ConfigError
-from engine.storage import default_root, is_uri
+from engine.storage import is_uri
 
 DATASETS_DIR = "datasets"
 RUNS_DIR = "runs"
@@ -28,11 +29,6 @@ PREDICTIONS_DIR = "predictions"
 REPORTS_DIR = "reports"
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
-
-# The engine's default_root under its former name here, for flows/ and dags/ (which
-# import it from this module).
-storage_root = default_root
-
 
 def sub(base: str, *parts: str) -> str:
     """``base/part/...`` for a local path or a URI, keeping a URI's query at the end."""

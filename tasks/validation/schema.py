@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from engine.exceptions import ConfigError
 from engine.storage import Storage, join, redact
-from tasks import _datasets, _drift
+from tasks.sources import files
+from tasks.validation import drift
 from tasks.refs import DatasetRef, _check_json, _Ref
 
 logger = logging.getLogger("tasks")
@@ -70,7 +71,7 @@ class ValidationReport(_Ref):
         passed: No hard check failed and no drift is set to fail.
         failures: One entry per failing check: ``column``, ``check``, ``count``,
             ``examples`` (values), ``rows`` (row numbers).
-        drift: One row per compared column (``tasks._drift.drift_table``).
+        drift: One row per compared column (``tasks.validation.drift.drift_table``).
         warnings: Lines a person should read (drift, a skipped comparison).
         reference: The reference data set's URI and fingerprint, if drift was checked.
         report_uri: The directory holding ``report.md`` and ``report.json``.
@@ -176,23 +177,23 @@ def validate(dataset: Union[DatasetRef, Dict[str, Any]],
     spec = _pipeline_spec(pipeline)
     if schema is None and spec is not None:
         schema = getattr(spec, "data_schema", None)
-    drift = _drift.drift_settings({**(getattr(spec, "drift", None) or {}),
-                                   **(checks.get("drift") or {})})
+    settings = drift.drift_settings({**(getattr(spec, "drift", None) or {}),
+                                      **(checks.get("drift") or {})})
     failures = schema_failures(ref, schema, checks.get("min_rows"))
     reference, warnings = _reference(checks, spec, storage)
     table: List[Dict[str, Any]] = []
     if reference is not None:
-        table = _drift.drift_table(ref, reference, drift)
+        table = drift.drift_table(ref, reference, settings)
         warnings += [_drift_line(row) for row in table if row["drifted"]]
-    drift_fails = bool(drift["fail"] and any(r["drifted"] for r in table))
+    drift_fails = bool(settings["fail"] and any(r["drifted"] for r in table))
     report = ValidationReport(
         dataset=ref, passed=not failures and not drift_fails, failures=failures, drift=table,
         warnings=warnings, drift_fails=drift_fails,
         reference={} if reference is None else {"uri": reference.uri,
                                                  "fingerprint": reference.fingerprint,
-                                                 "method": drift["method"],
-                                                 "threshold": drift["threshold"],
-                                                 "fail": drift["fail"]})
+                                                 "method": settings["method"],
+                                                 "threshold": settings["threshold"],
+                                                 "fail": settings["fail"]})
     report.report_uri = write_report(report, output_dir or f"{ref.uri.rstrip('/')}-validation")
     (logger.info if report.passed else logger.error)("%s", report.summary())
     if raise_on_failure:
@@ -224,10 +225,10 @@ def _reference(checks: Dict[str, Any], spec: Any, storage: Optional[str]
         return DatasetRef.from_dict(given), []
     if spec is None:
         return None, []
-    from tasks import core
+    from tasks.registry.aliases import resolve_alias
 
     try:
-        production = core.resolve_alias(spec.name, "production", storage=storage)
+        production = resolve_alias(spec.name, "production", storage=storage)
     except Exception as exc:  # no registry yet, unreadable pointer: drift is advisory
         return None, [f"no drift check: the production model could not be read ({exc})"]
     if production is None:
@@ -236,7 +237,7 @@ def _reference(checks: Dict[str, Any], spec: Any, storage: Optional[str]
     found = None
     if data_uri:
         st = Storage.from_path(data_uri)
-        found = _datasets.load_manifest(st, st.root)
+        found = files.load_manifest(st, st.root)
     if found is None:
         return None, [f"no drift check: the training data of the production model "
                       f"({production.uri}) is not recorded or no longer exists"]
@@ -316,7 +317,7 @@ def _value_failures(ref: DatasetRef, columns: Dict[str, Dict[str, Any]]
     pdr = _pandera()
     merged: Dict[Tuple[str, str], Dict[str, Any]] = {}
     offset = 0
-    for batch in _datasets.scan(ref, list(schema.columns)):
+    for batch in files.scan(ref, list(schema.columns)):
         frame = batch.to_pandas()
         try:
             schema.validate(frame, lazy=True)

@@ -5,8 +5,8 @@ outcome is already decided and recorded when it is sent. So a webhook that is do
 or answers an error is logged as a warning and reported as ``False``, never raised: the
 pipeline does not fail because its messenger did.
 
-Standard library only (no orchestrator): the Prefect hooks use it, and any other caller
-may.
+Standard library only (no orchestrator): the Prefect hooks and the Airflow notifier use
+it (the one webhook client of trainyard), and any other caller may.
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ def webhook_url(url: Optional[str] = None) -> Optional[str]:
     return url or os.environ.get(NOTIFY_WEBHOOK_ENV_VAR) or None
 
 
-def post_json(url: str, message: Mapping[str, Any], timeout: float = TIMEOUT_S) -> bool:
+def post_json(url: str, message: Mapping[str, Any], timeout: float = TIMEOUT_S,
+              check: str = NOTIFY_WEBHOOK_ENV_VAR) -> bool:
     """POST ``message`` as JSON to ``url``.
 
     Args:
         url: The webhook (``http(s)://…``).
         message: A JSON-serialisable mapping (other values are sent as strings).
         timeout: Seconds to wait for an answer.
+        check: What the warning tells a reader to check (where the URL came from).
 
     Returns:
         True if the webhook took it; False (and a warning logged, naming only the
@@ -54,7 +56,7 @@ def post_json(url: str, message: Mapping[str, Any], timeout: float = TIMEOUT_S) 
     except (OSError, ValueError) as exc:  # URLError, HTTPError, timeouts, a bad URL
         logger.warning("Could not send the %r notification to %s (%s: %s); the run goes "
                        "on. Check %s.", message.get("event"), _host(url),
-                       type(exc).__name__, exc, NOTIFY_WEBHOOK_ENV_VAR)
+                       type(exc).__name__, exc, check)
         return False
 
 

@@ -21,7 +21,7 @@ import json
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from engine.exceptions import ConfigError
-from tasks._registry import RegistryError
+from tasks.registry.base import Registry, RegistryError
 from tasks.refs import CheckpointRef
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ TAG = "trainyard."
 REJECTED_TAG = "rejected"
 
 
-class MlflowRegistry:
+class MlflowRegistry(Registry):
     """Aliases as MLflow registered-model aliases.
 
     Args:

@@ -1,4 +1,4 @@
-"""The entrypoint of a pipeline step's Ray job: ``python -m tasks._job_entry <job name>``.
+"""The entrypoint of a pipeline step's Ray job: ``python -m tasks.ray_jobs.entry <job name>``.
 
 It reads the step's request from ``$TRAINYARD_STORAGE_PATH/jobs/<job name>/request.json``,
 runs the step in ``local`` mode (this job's driver is the Ray driver, joining the
@@ -34,7 +34,8 @@ from typing import Any, Dict, List, Optional
 from engine import constants
 from engine.exceptions import ConfigError, RunInProgressError
 from engine.storage import Storage, redact
-from tasks import _jobs, _store
+from tasks import layout
+from tasks.ray_jobs import results, settings
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -51,7 +52,7 @@ def read_request(root: str, name: str) -> Dict[str, Any]:
     Raises:
         ConfigError: the request is not there: the storage is not shared.
     """
-    uri = _store.sub(root, _jobs.JOBS_DIR, name, "request.json")
+    uri = layout.sub(root, settings.JOBS_DIR, name, "request.json")
     st = Storage.from_path(uri)
     inner = st.root
     request = st.read_json(inner)
@@ -69,18 +70,19 @@ def read_request(root: str, name: str) -> Dict[str, Any]:
 
 def step_call(request: Dict[str, Any]) -> Any:
     """The step's function and its arguments, forced to run here (``local``)."""
-    from tasks import core
+    from tasks.steps.prediction import batch_predict, evaluate
+    from tasks.steps.training import train, tune
 
-    steps = {"train": core.train, "tune": core.tune, "evaluate": core.evaluate,
-             "batch_predict": core.batch_predict}
+    steps = {"train": train, "tune": tune, "evaluate": evaluate,
+             "batch_predict": batch_predict}
     step, kwargs = request["step"], dict(request["kwargs"])
     if step in ("train", "tune"):
         run = dict(kwargs.get("run") or {})
-        run["storage"] = _jobs.job_storage_root(run.get("storage"))
-        run.update(execution=_jobs.LOCAL, runtime_env=None)
+        run["storage"] = settings.job_storage_root(run.get("storage"))
+        run.update(execution=settings.LOCAL, runtime_env=None)
         kwargs["run"] = run
     else:
-        kwargs.update(execution=_jobs.LOCAL, runtime_env=None)
+        kwargs.update(execution=settings.LOCAL, runtime_env=None)
     return steps[step], kwargs
 
 
@@ -171,10 +173,10 @@ _PREWARM_DELAY_S = 10.0
 def main(argv: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print(f"usage: python -m {_jobs.ENTRY_MODULE} <job name>", file=sys.stderr)
+        print(f"usage: python -m {settings.ENTRY_MODULE} <job name>", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
-    submission_id = os.environ.get(_jobs.JOB_SUBMISSION_ENV_VAR, "")
+    submission_id = os.environ.get(settings.JOB_SUBMISSION_ENV_VAR, "")
     try:
         root = os.environ.get(constants.STORAGE_PATH_ENV_VAR)
         if not root:
@@ -184,11 +186,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         request = read_request(root, args[0])
         _prewarm(after=connecting)
         value = run_step(request, submission_id)
-        uri = _store.sub(root, _jobs.JOBS_DIR, args[0], f"{submission_id}.json")
+        uri = layout.sub(root, settings.JOBS_DIR, args[0], f"{submission_id}.json")
         st = Storage.from_path(uri)
         inner = st.root
-        st.write_json_atomic(inner, _jobs.encode_result(value, submission_id))
-        print(f"{_jobs.RESULT_LINE_PREFIX}the {request['step']} step's result is in "
+        st.write_json_atomic(inner, results.encode_result(value, submission_id))
+        print(f"{settings.RESULT_LINE_PREFIX}the {request['step']} step's result is in "
               f"{redact(uri)}", flush=True)
         return 0
     except (KeyboardInterrupt, SystemExit):  # stopped: Ray reports the job as STOPPED
@@ -200,7 +202,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         traceback.print_exc()
         line = json.dumps({"type": type(exc).__name__, "message": scrub(str(exc))[:8000]})
-        print(_jobs.ERROR_LINE_PREFIX + line, file=sys.stderr, flush=True)
+        print(settings.ERROR_LINE_PREFIX + line, file=sys.stderr, flush=True)
         return 1
 
 

@@ -1,34 +1,21 @@
-"""Model aliases: a gate over evaluation metrics, a pointer per alias, and its history.
-
-    <registry>/<pipeline>/<alias>.json                    the pointer (atomic write)
-    <registry>/<pipeline>/history/<alias>/<time>-<id>.json one file per decision
-
-Each decision (promoted or rejected) is written first as its own history file (a new
-name each time, so concurrent promoters never overwrite each other's entries); only a
-promotion then replaces the pointer, atomically (rename on local disks, one PUT on
-object stores). A reader sees the old pointer or the new one, never a mix.
+"""Promotion gates: conditions over evaluation metrics, checked against fixed bounds or
+against the champion (the model the alias points at now), and the decision they make.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-import os
 import re
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from engine.exceptions import ConfigError, TrainyardError
-from engine.storage import Storage, default_root, join, redact
-from tasks import _store
+from engine.exceptions import ConfigError
 from tasks.refs import CheckpointRef, Promotion
+from tasks.registry.base import Registry
 
-HISTORY_DIR = "history"
-MLFLOW_PREFIX = "mlflow:"
 CHAMPION = "champion"
-_ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _NUMBER = r"[-+]?(?:[0-9.]+(?:[eE][-+]?[0-9]+)?|nan|inf)"
 _COND_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\S.*?)\s*$")
 _NUMBER_RE = re.compile(rf"^{_NUMBER}$")
@@ -60,18 +47,6 @@ class ChampionBound:
 
 Bound = Union[float, ChampionBound]
 Condition = Tuple[str, str, Bound]
-
-
-class RegistryError(TrainyardError):
-    """The model registry could not be read or written: the alias did not move, and a
-    retry of ``promote`` records the decision once."""
-
-
-def check_alias(alias: str) -> str:
-    if not isinstance(alias, str) or not _ALIAS_RE.match(alias):
-        raise ConfigError(f"alias {alias!r} is invalid: use lower-case letters, digits, "
-                          "'_' and '-' (e.g. 'production', 'staging').")
-    return alias
 
 
 def parse_gate(gate: Optional[Dict[str, Any]]) -> List[Condition]:
@@ -165,73 +140,15 @@ def check_gate(conditions: List[Condition], metrics: Dict[str, Any],
     return passed, reasons
 
 
-class FileRegistry:
-    """Aliases as JSON pointer files under ``root`` (the default registry)."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def current(self, pipeline: str, alias: str) -> Optional[CheckpointRef]:
-        pointer = read_pointer(self.root, pipeline, alias)
-        return None if pointer is None else CheckpointRef.from_dict(pointer["checkpoint"])
-
-    def record(self, record: Dict[str, Any], context: Dict[str, Any]) -> Tuple[str, str]:
-        """Write the decision's history entry, then (promoted) the pointer; returns
-        ``(pointer URI, entry URI)``, redacted."""
-        pipeline, alias = record["pipeline"], record["alias"]
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(record["decided_at"]))
-        entry_uri = _store.sub(self.root, _store.clean_name(pipeline, "pipeline"),
-                               HISTORY_DIR, alias, f"{stamp}-{uuid.uuid4().hex[:8]}.json")
-        st = Storage.from_path(entry_uri)
-        st.write_json_atomic(st.root, dict(record, context=context))
-        pointer = pointer_uri(self.root, pipeline, alias)
-        if record["decision"] == "promoted":
-            pst = Storage.from_path(pointer)
-            pst.write_json_atomic(pst.root, dict(record, entry=redact(entry_uri)))
-        return redact(pointer), redact(entry_uri)
-
-    def history(self, pipeline: str, alias: str) -> List[Dict[str, Any]]:
-        return history(self.root, pipeline, alias)
-
-
-def registry_root(registry: Optional[str], storage: Optional[str]) -> str:
-    if registry:
-        return default_root(registry)
-    return _store.sub(default_root(storage), _store.MODELS_DIR)
-
-
-def open_registry(registry: Optional[str], storage: Optional[str]) -> Any:
-    """The registry ``registry`` names: ``mlflow:<tracking URI>`` (an MLflow model
-    registry), a path or URI (pointer files there), or None: ``$TRAINYARD_REGISTRY``,
-    else pointer files under ``<storage>/models``."""
-    from engine import constants
-
-    registry = registry or os.environ.get(constants.REGISTRY_ENV_VAR) or None
-    if registry and registry.startswith(MLFLOW_PREFIX):
-        from tasks._mlflow_registry import MlflowRegistry
-
-        return MlflowRegistry(registry[len(MLFLOW_PREFIX):])
-    return FileRegistry(registry_root(registry, storage))
-
-
-def pointer_uri(root: str, pipeline: str, alias: str) -> str:
-    return _store.sub(root, _store.clean_name(pipeline, "pipeline"), f"{alias}.json")
-
-
-def read_pointer(root: str, pipeline: str, alias: str) -> Optional[Dict[str, Any]]:
-    st = Storage.from_path(pointer_uri(root, pipeline, alias))
-    return st.read_json(st.root)
-
-
 def decide(checkpoint: CheckpointRef, metrics: Dict[str, Any], alias: str,
-           gate: Optional[Dict[str, Any]], registry: Any,
+           gate: Optional[Dict[str, Any]], registry: Registry,
            previous: Optional[CheckpointRef] = None,
            champion: Optional[Dict[str, Any]] = None,
            context: Optional[Dict[str, Any]] = None) -> Promotion:
     """Check the gate, record the decision, and move the alias if it passed.
 
     Args:
-        registry: A :class:`FileRegistry` or ``MlflowRegistry``.
+        registry: Where the decision is recorded (a :class:`~tasks.registry.base.Registry`).
         previous: What the alias points at now (the champion), if anything.
         champion: The champion's metrics on the candidate's data (None: no champion, or
             the gate has no champion condition).
@@ -249,20 +166,6 @@ def decide(checkpoint: CheckpointRef, metrics: Dict[str, Any], alias: str,
     return Promotion(promoted=passed, alias=alias, pipeline=pipeline, checkpoint=checkpoint,
                      reasons=reasons, pointer_uri=pointer, entry_uri=entry,
                      previous=previous, champion_metrics=record["champion_metrics"])
-
-
-def history(root: str, pipeline: str, alias: str) -> List[Dict[str, Any]]:
-    """Every decision for an alias, oldest first."""
-    directory = _store.sub(root, _store.clean_name(pipeline, "pipeline"), HISTORY_DIR, alias)
-    st = Storage.from_path(directory)
-    inner = st.root
-    out = []
-    for name in st.list_dir(inner):
-        if name.endswith(".json") and not name.startswith("."):
-            data = st.read_json(join(inner, name))
-            if data is not None:
-                out.append(data)
-    return sorted(out, key=lambda d: d.get("decided_at", 0))
 
 
 def scalar_metrics(metrics: Dict[str, Any]) -> Dict[str, Any]:

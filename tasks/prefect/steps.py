@@ -1,7 +1,7 @@
-"""Prefect 3 tasks: the steps of ``tasks.core`` with retries, JSON results and artifacts.
+"""Prefect 3 tasks: the steps of ``tasks.steps`` with retries, JSON results and artifacts.
 
     from prefect import flow
-    from tasks.prefect_tasks import ingest_task, split_task, train_task
+    from tasks.prefect import ingest_task, split_task, train_task
 
     @flow
     def my_flow():
@@ -17,11 +17,11 @@ inputs (``train-1a2b3c4d``, see :func:`call_name`): two calls with different con
 one flow run train two runs, and a retried task (or a retried flow run) resumes that
 call's run from its latest committed checkpoint. With ``execution="ray_job"`` (``run["execution"]``,
 the ``execution`` argument, or ``$TRAINYARD_EXECUTION``) the step runs as a Ray job that a
-retry re-attaches to (``tasks._jobs``); its log streams into the task run's log, and a
+retry re-attaches to (``tasks.ray_jobs``); its log streams into the task run's log, and a
 cancelled flow run stops it. Errors a retry cannot fix (bad configuration, unknown
 pipeline, malformed references) fail the task at once; other errors are retried.
 
-Only wrapping lives here; every step's logic is in ``tasks.core``.
+Only wrapping lives here; every step's logic is in ``tasks.steps``.
 """
 
 from __future__ import annotations
@@ -32,16 +32,15 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from prefect import task
-from prefect.filesystems import WritableFileSystem
-from pydantic import Field, PrivateAttr
 from prefect.artifacts import (create_link_artifact, create_markdown_artifact,
                                create_table_artifact)
 
 from engine.exceptions import ConfigError
 from pipelines import UnknownPipelineError
-from tasks import _jobs, core
+from tasks import ray_jobs, steps
+from tasks.prefect.events import emit_decision_event, notify_rejection
 from tasks.refs import CheckpointRef, DatasetRef, Promotion, RefError, TuneRef
-from tasks.validate import ValidationReport, markdown, validate
+from tasks.validation import ValidationReport, markdown, validate
 
 #: Task retries and the pause before each (tasks resume, so a retry is cheap).
 RETRIES = 2
@@ -108,7 +107,7 @@ def _run_settings(run: Optional[Mapping[str, Any]], pipeline: str, datasets: Any
         if run_id:
             call = call_name(task_run.task_name or "train", pipeline, datasets, scaling,
                              run, *extra)
-            out["name"] = core.run_name_for(run_id, call, prefix=pipeline)
+            out["name"] = steps.run_name_for(run_id, call, prefix=pipeline)
     return out
 
 
@@ -117,7 +116,7 @@ def _block_source(block: str, table: Optional[str],
     """``(source, connection)`` of ``ingest`` for a database URL kept in a Secret block."""
     from prefect.blocks.system import Secret
 
-    from tasks._sql import with_table
+    from tasks.sources.sql import with_table
 
     url = Secret.load(block).get()
     if sql is not None:
@@ -142,7 +141,7 @@ def _job_caller() -> Any:
     from prefect.runtime import flow_run
 
     log = get_run_logger()
-    return _jobs.caller(on_log=log.info,
+    return ray_jobs.caller(on_log=log.info,
                         run_id=f"prefect:{flow_run.id}" if flow_run.id else None)
 
 
@@ -160,7 +159,7 @@ def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
                 until: Any = None, incremental: bool = False, sql: Optional[str] = None,
                 table: Optional[str] = None, block: Optional[str] = None,
                 key: Optional[str] = None, readers: Optional[int] = None) -> DatasetRef:
-    """``tasks.core.ingest`` (a table artifact describes the data set). A ``window``
+    """``tasks.steps.ingest`` (a table artifact describes the data set). A ``window``
     without an end ends at the flow run's scheduled start time (its logical date).
 
     A database: ``block`` names a Prefect ``Secret`` block that holds its URL (with the
@@ -171,7 +170,7 @@ def ingest_task(source: Optional[str] = None, format: Optional[str] = None,
     connection = None
     if block is not None:
         source, connection = _block_source(block, table, sql)
-    ref = core.ingest(source, format, storage=storage, name=name,
+    ref = steps.ingest(source, format, storage=storage, name=name,
                       partition_filter=partition_filter, window=window, since=since,
                       until=until, incremental=incremental, sql=sql, connection=connection,
                       key=key, readers=readers)
@@ -187,7 +186,7 @@ def validate_task(dataset: DatasetRef, pipeline: Optional[str] = None,
                   schema: Optional[Dict[str, Any]] = None,
                   checks: Optional[Dict[str, Any]] = None,
                   storage: Optional[str] = None) -> ValidationReport:
-    """``tasks.validate.validate``; the report is a Markdown artifact, written before a
+    """``tasks.validate``; the report is a Markdown artifact, written before a
     failed check fails the task (not retried: the same data fails the same way)."""
     report = validate(dataset, schema, checks, pipeline=pipeline, storage=storage,
                       raise_on_failure=False)
@@ -203,8 +202,8 @@ def validate_task(dataset: DatasetRef, pipeline: Optional[str] = None,
 @task(name="split", **_TASK_OPTIONS)
 def split_task(dataset: DatasetRef, test_size: float = 0.2, seed: int = 0,
                stratify_column: Optional[str] = None) -> Dict[str, DatasetRef]:
-    """``tasks.core.split``."""
-    out = core.split(dataset, test_size, seed, stratify_column)
+    """``tasks.steps.split``."""
+    out = steps.split(dataset, test_size, seed, stratify_column)
     create_table_artifact(
         key=_key("split", out["train"].name), description="Train/validation split",
         table=[{"part": k, "rows": v.num_rows, "fingerprint": v.fingerprint[:16],
@@ -216,10 +215,10 @@ def split_task(dataset: DatasetRef, test_size: float = 0.2, seed: int = 0,
 def train_task(pipeline: str, datasets: Dict[str, DatasetRef],
                scaling: Optional[Dict[str, Any]] = None,
                run: Optional[Dict[str, Any]] = None) -> CheckpointRef:
-    """``tasks.core.train``, resuming ``run_name_for(flow run, task)`` on a retry;
+    """``tasks.steps.train``, resuming ``run_name_for(flow run, task)`` on a retry;
     artifacts: the metrics table and a link to the checkpoint."""
     with _job_caller():
-        ref = core.train(pipeline, datasets, scaling,
+        ref = steps.train(pipeline, datasets, scaling,
                          _run_settings(run, pipeline, datasets, scaling))
     _checkpoint_artifacts(ref, "train")
     return ref
@@ -231,9 +230,9 @@ def tune_task(pipeline: str, datasets: Dict[str, DatasetRef],
               tune_config: Optional[Dict[str, Any]] = None,
               scaling: Optional[Dict[str, Any]] = None,
               run: Optional[Dict[str, Any]] = None) -> TuneRef:
-    """``tasks.core.tune``; artifacts: the trials table, the best checkpoint."""
+    """``tasks.steps.tune``; artifacts: the trials table, the best checkpoint."""
     with _job_caller():
-        ref = core.tune(pipeline, datasets, param_space, tune_config, scaling=scaling,
+        ref = steps.tune(pipeline, datasets, param_space, tune_config, scaling=scaling,
                         run=_run_settings(run, pipeline, datasets, scaling, param_space,
                                           tune_config))
     create_table_artifact(
@@ -257,9 +256,9 @@ def _checkpoint_artifacts(ref: CheckpointRef, step: str) -> None:
 def evaluate_task(checkpoint: CheckpointRef, dataset: DatasetRef,
                   execution: Optional[str] = None,
                   runtime_env: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """``tasks.core.evaluate``; artifacts: the metrics table, the confusion matrix."""
+    """``tasks.steps.evaluate``; artifacts: the metrics table, the confusion matrix."""
     with _job_caller():
-        metrics = core.evaluate(checkpoint, dataset, execution=execution,
+        metrics = steps.evaluate(checkpoint, dataset, execution=execution,
                                 runtime_env=runtime_env)
     pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
     create_table_artifact(key=_key(pipeline, "evaluation"), table=_metrics_table(metrics),
@@ -276,11 +275,11 @@ def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
                  alias: str = "production", gate: Optional[Dict[str, Any]] = None,
                  registry: Optional[str] = None,
                  dataset: Optional[DatasetRef] = None) -> Promotion:
-    """``tasks.core.promote`` (``dataset``: the validation data, on which a champion
+    """``tasks.steps.promote`` (``dataset``: the validation data, on which a champion
     gate re-evaluates the current model); a Markdown artifact records the decision."""
     from prefect.runtime import flow_run
 
-    decision = core.promote(checkpoint, metrics, alias, gate, registry=registry,
+    decision = steps.promote(checkpoint, metrics, alias, gate, registry=registry,
                             dataset=dataset, run_id=flow_run.id)
     lines = [f"**{'Promoted' if decision.promoted else 'Not promoted'}** "
              f"`{decision.checkpoint.uri}` as `{decision.pipeline}/{alias}`.", ""]
@@ -296,180 +295,15 @@ def promote_task(checkpoint: CheckpointRef, metrics: Dict[str, Any],
     return decision
 
 
-#: The events ``promote_task`` emits; a deployment trigger on the first starts scoring.
-PROMOTED_EVENT = "trainyard.model.promoted"
-REJECTED_EVENT = "trainyard.model.rejected"
-
-
-def model_resource_id(pipeline: str, alias: str) -> str:
-    """The Prefect resource id of a pipeline's alias: ``trainyard.model.<pipeline>.<alias>``."""
-    return f"trainyard.model.{pipeline}.{alias}"
-
-
-def emit_decision_event(decision: Promotion, metrics: Mapping[str, Any]) -> Any:
-    """Emit ``trainyard.model.promoted`` or ``.rejected`` for the alias's resource, with
-    the checkpoint, metrics, gate reasons and previous model in the payload. A failure to
-    emit is logged, never raised: the decision is already recorded."""
-    import logging
-
-    from prefect.events import emit_event
-
-    from tasks._registry import scalar_metrics
-
-    payload = {"checkpoint_uri": decision.checkpoint.uri,
-               "checkpoint": decision.checkpoint.to_dict(),
-               "storage": decision.checkpoint.storage, "pipeline": decision.pipeline,
-               "alias": decision.alias, "metrics": scalar_metrics(dict(metrics)),
-               "champion_metrics": decision.champion_metrics, "reasons": decision.reasons,
-               "previous": decision.previous.uri if decision.previous else None,
-               "pointer_uri": decision.pointer_uri}
-    try:
-        return emit_event(
-            event=PROMOTED_EVENT if decision.promoted else REJECTED_EVENT,
-            resource={"prefect.resource.id": model_resource_id(decision.pipeline,
-                                                               decision.alias),
-                      "prefect.resource.name": f"{decision.pipeline}/{decision.alias}",
-                      "trainyard.pipeline": decision.pipeline,
-                      "trainyard.alias": decision.alias},
-            payload=payload)
-    except Exception as exc:  # noqa: BLE001 - an event is a notification, not the decision
-        logging.getLogger("tasks").warning("Could not emit the %s event: %s", decision.alias, exc)
-        return None
-
-
-# --- notifications -----------------------------------------------------------------------
-def notify_rejection(decision: Promotion, metrics: Mapping[str, Any]) -> bool:
-    """POST ``{"event": "trainyard.model.rejected", ...}`` to ``$TRAINYARD_NOTIFY_WEBHOOK``
-    (if set): the gate's reasons, the metrics, the model the alias still points at. A
-    webhook that is down is logged; the task goes on."""
-    from prefect.runtime import flow_run
-
-    from tasks._registry import scalar_metrics
-    from tasks._webhook import notify
-
-    return notify({"event": REJECTED_EVENT, "pipeline": decision.pipeline,
-                   "alias": decision.alias, "checkpoint_uri": decision.checkpoint.uri,
-                   "reasons": decision.reasons, "metrics": scalar_metrics(dict(metrics)),
-                   "previous": decision.previous.uri if decision.previous else None,
-                   "flow_run_id": flow_run.id, "flow_run_name": flow_run.name})
-
-
-def notify_flow_failure(flow: Any, flow_run: Any, state: Any) -> None:
-    """Flow ``on_failure`` (and ``on_crashed``) hook: POST ``{"event":
-    "trainyard.flow_run.failed", ...}`` with the flow, the run, its parameters and the
-    state's message to ``$TRAINYARD_NOTIFY_WEBHOOK`` (if set). Never raises."""
-    from tasks._webhook import notify
-
-    notify({"event": FLOW_FAILED_EVENT, "flow": flow.name, "flow_run_id": str(flow_run.id),
-            "flow_run_name": flow_run.name, "deployment_id": str(flow_run.deployment_id or ""),
-            "parameters": flow_run.parameters, "state": state.name,
-            "message": state.message})
-
-
-#: What a failure notification's ``event`` says (rejections: ``REJECTED_EVENT``).
-FLOW_FAILED_EVENT = "trainyard.flow_run.failed"
-
-
-# --- result storage ----------------------------------------------------------------------
-#: Where under the storage root the Prefect tasks persist their results.
-RESULTS_DIR = "prefect-results"
-
-
-def result_storage_for(storage: str) -> Any:
-    """The ``result_storage`` of a flow run's tasks: ``<storage>/prefect-results``, so a
-    worker on another machine reads an upstream task's result (a retried flow run,
-    ``state.result()`` from a client).
-
-    Args:
-        storage: The run's storage root: a local path (that the workers share: NFS, a
-            volume) or an object-store URI (``s3://bucket/prefix``, with its
-            ``?endpoint_override=...``).
-
-    Returns:
-        A saved block named ``trainyard-results-<hash of the directory>`` (a result
-        records the block's id, which any reader loads; an unsaved one would be read
-        through the reader's own default store): Prefect's ``LocalFileSystem`` for a
-        local root, :class:`StorageRootResults` for an object store.
-    """
-    import hashlib
-
-    from prefect.filesystems import LocalFileSystem
-
-    from engine.storage import is_uri
-    from tasks._store import sub
-
-    if is_uri(storage) and not storage.startswith("file://"):
-        block: Any = StorageRootResults.for_uri(sub(storage, RESULTS_DIR))
-    else:
-        local = storage[len("file://"):] if storage.startswith("file://") else storage
-        block = LocalFileSystem(basepath=sub(local, RESULTS_DIR))
-    name = hashlib.sha256(block.basepath.encode()).hexdigest()[:16]
-    block.save(f"trainyard-results-{name}", overwrite=True)
-    return block
-
-
-class StorageRootResults(WritableFileSystem):
-    """Prefect result storage in an object store, through ``engine.storage`` (the same
-    filesystem code as the runs and data sets).
-
-    The saved ``basepath`` keeps the URI's ``?endpoint_override=...`` but never its
-    credentials: every process that reads or writes takes them from its environment
-    (``AWS_ACCESS_KEY_ID`` ...), as the rest of trainyard does. A process that reads
-    these results imports ``tasks.prefect_tasks`` (the flows do), which makes the block
-    type known to Prefect.
-    """
-
-    _block_type_name = "Trainyard Storage Results"
-    _uri: Optional[str] = PrivateAttr(default=None)  # with credentials: this process only
-
-    basepath: str = Field(description="Directory URI (s3://bucket/prefix/prefect-results)")
-
-    @classmethod
-    def for_uri(cls, uri: str) -> "StorageRootResults":
-        """The block for ``uri``; credentials in it are used here, not saved."""
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(uri)
-        block = cls(basepath=urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])))
-        block._uri = uri
-        return block
-
-    def _path(self, path: str) -> tuple:
-        from engine.storage import Storage, join
-
-        st = Storage.from_path(self._uri or self.basepath)
-        return st, join(st.root, path)
-
-    # Sync methods (Prefect calls them so, with ``_sync=True`` from its sync code paths).
-    def read_path(self, path: str, **_: Any) -> bytes:  # type: ignore[override]
-        st, full = self._path(path)
-        return st.read_bytes(full)
-
-    def write_path(self, path: str, content: bytes, **_: Any) -> str:  # type: ignore[override]
-        st, full = self._path(path)
-        st.write_bytes_atomic(full, content)
-        return path
-
-
-def task_options(retries: int, retry_delay_s: float, storage: str) -> Dict[str, Any]:
-    """``with_options`` of a flow's tasks: its retries, and results persisted under its
-    storage root (:func:`result_storage_for`)."""
-    out: Dict[str, Any] = dict(retries=retries, retry_delay_seconds=retry_delay_s)
-    results = result_storage_for(storage)
-    if results is not None:
-        out["result_storage"] = results
-    return out
-
-
 @task(name="batch_predict", **_TASK_OPTIONS)
 def batch_predict_task(checkpoint: CheckpointRef, dataset: DatasetRef,
                        output: Optional[str] = None, num_workers: int = 1,
                        keep_columns: Optional[List[str]] = None,
                        execution: Optional[str] = None,
                        runtime_env: Optional[Dict[str, Any]] = None) -> DatasetRef:
-    """``tasks.core.batch_predict``; artifacts: a table and a link to the output."""
+    """``tasks.batch_predict``; artifacts: a table and a link to the output."""
     with _job_caller():
-        ref = core.batch_predict(checkpoint, dataset, output, num_workers=num_workers,
+        ref = steps.batch_predict(checkpoint, dataset, output, num_workers=num_workers,
                                  keep_columns=keep_columns, execution=execution,
                                  runtime_env=runtime_env)
     pipeline = CheckpointRef.from_dict(checkpoint).pipeline or "model"
@@ -501,8 +335,6 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
 
 
-__all__ = ["report_task", "ingest_task", "validate_task", "split_task", "train_task", "tune_task", "evaluate_task",
-           "promote_task", "batch_predict_task", "retry_unless_config_error", "RETRIES",
-           "RETRY_DELAY_S", "PROMOTED_EVENT", "REJECTED_EVENT", "model_resource_id",
-           "emit_decision_event", "notify_rejection", "notify_flow_failure",
-           "FLOW_FAILED_EVENT", "RESULTS_DIR", "result_storage_for", "task_options", "StorageRootResults"]
+__all__ = ["ingest_task", "validate_task", "split_task", "train_task", "tune_task",
+           "evaluate_task", "promote_task", "batch_predict_task", "report_task",
+           "retry_unless_config_error", "RETRIES", "RETRY_DELAY_S"]

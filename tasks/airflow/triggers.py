@@ -43,14 +43,14 @@ class RayJobTrigger(BaseTrigger):
                  "poll_s": self.poll_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from tasks import _jobs
+        from tasks import ray_jobs
 
-        client = await asyncio.to_thread(_jobs.connect, self.address)
+        client = await asyncio.to_thread(ray_jobs.connect, self.address)
         self.log.info("Waiting for Ray job %s at %s.", self.submission_id, self.address)
         tail = asyncio.ensure_future(self._tail(client))
         try:
             # From 0.1 s up to poll_s: a short job's end is seen at once.
-            for interval in _jobs.poll_intervals(self.poll_s):
+            for interval in ray_jobs.poll_intervals(self.poll_s):
                 status = str(await asyncio.to_thread(client.get_job_status,
                                                      self.submission_id))
                 if status in _TERMINAL:
@@ -66,9 +66,9 @@ class RayJobTrigger(BaseTrigger):
         yield TriggerEvent({"submission_id": self.submission_id, "status": status})
 
     async def _tail(self, client: Any) -> None:
-        from tasks import _jobs
+        from tasks import ray_jobs
 
-        tail = _jobs.LogTail(client, self.submission_id, self.log.info)
+        tail = ray_jobs.LogTail(client, self.submission_id, self.log.info)
         try:
             async for chunk in client.tail_job_logs(self.submission_id):
                 tail.feed(chunk)
@@ -78,8 +78,11 @@ class RayJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user killed the deferred task: stop its job."""
-        from tasks import _jobs
+        from tasks import ray_jobs
 
-        client = await asyncio.to_thread(_jobs.connect, self.address)
+        client = await asyncio.to_thread(ray_jobs.connect, self.address)
         await asyncio.to_thread(client.stop_job, self.submission_id)
         self.log.warning("Stopped Ray job %s (the task was killed).", self.submission_id)
+
+
+__all__ = ["RayJobTrigger"]

@@ -9,7 +9,7 @@ import numpy as np
 
 from engine.exceptions import ConfigError
 from engine.storage import Storage, join
-from tasks._datasets import BATCH_ROWS, Fingerprint, data_files, schema_dict
+from tasks.sources.files import BATCH_ROWS, Fingerprint, data_files, schema_dict
 from tasks.refs import CheckpointRef, DatasetRef
 
 

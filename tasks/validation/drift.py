@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.exceptions import ConfigError
-from tasks import _datasets
+from tasks.sources import files
 from tasks.refs import DatasetRef
 
 MAX_SAMPLE_ROWS = 200_000
@@ -59,7 +59,7 @@ def sample(ref: DatasetRef, columns: Sequence[str],
     stride = max(1, math.ceil(ref.num_rows / max_rows)) if ref.num_rows else 1
     parts: Dict[str, List[np.ndarray]] = {c: [] for c in columns}
     offset = 0
-    for batch in _datasets.scan(ref, list(columns)):
+    for batch in files.scan(ref, list(columns)):
         first = (-offset) % stride  # the first row of this batch on the global stride
         take = np.arange(first, batch.num_rows, stride)
         for name, col in zip(batch.schema.names, batch.columns):
