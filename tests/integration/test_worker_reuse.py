@@ -56,11 +56,18 @@ def _pids(result):
     return {int(p) for p in result.metrics["pids"].split(",")}
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not; one that exits while asked does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _gone(pids, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = {p for p in pids if psutil.pid_exists(p)
-                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+        alive = {p for p in pids if _alive(p)}
         if not alive:
             return True
         time.sleep(0.2)
