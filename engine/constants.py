@@ -3,9 +3,10 @@
 Every ``TRAINYARD_*`` environment variable that trainyard reads (the engine, the
 orchestrator tasks, the build scripts, the test suite) is declared here with
 :func:`_setting`, which records its default and a one-line description in
-:data:`SETTINGS`. The README's "Settings" table is generated from it::
+:data:`SETTINGS`. The docs' settings page (docs/guides/settings.md) has its table
+generated from it::
 
-    python scripts/gen_settings_table.py             # rewrite the table in README.md
+    python scripts/gen_settings_table.py             # rewrite the table on that page
     python scripts/gen_settings_table.py --markdown  # print it
 
 (``tests/unit/test_settings.py`` checks that the two agree and that no other
@@ -26,7 +27,7 @@ class Setting:
     Args:
         name: The variable (``TRAINYARD_…``).
         default: The value used when it is unset (None: no value, or a computed one).
-        description: One line: what it changes, for the README's table.
+        description: One line: what it changes, for the settings page's table.
         scope: Who reads it: ``engine``, ``internal`` (set by the engine for its own
             processes), ``Airflow``, ``build`` or ``tests``.
         default_text: How the table shows a default that is computed or needs words
@@ -40,7 +41,7 @@ class Setting:
     default_text: str = ""
 
 
-#: Every setting, by name, in the order declared here (the README table's order).
+#: Every setting, by name, in the order declared here (the settings table's order).
 SETTINGS: Dict[str, Setting] = {}
 
 
@@ -324,7 +325,7 @@ TEST_TIMELINE_ENV_VAR = _setting(
     "scripts/cpu_by_process.py --by-test sets it to charge CPU to tests.", scope="tests")
 
 
-# --- the README table ----------------------------------------------------------------------
+# --- the settings table --------------------------------------------------------------------
 def _shown_default(setting: Setting) -> str:
     if setting.default_text:
         return setting.default_text
@@ -332,7 +333,7 @@ def _shown_default(setting: Setting) -> str:
 
 
 def settings_table(settings: Optional[List[Setting]] = None) -> str:
-    """The settings as a Markdown table (the README's "Settings" section)."""
+    """The settings as a Markdown table (docs/guides/settings.md)."""
     rows = ["| Variable | Default | Read by | What it does |", "|---|---|---|---|"]
     for s in settings if settings is not None else SETTINGS.values():
         text = s.description.replace("|", "\\|")
