@@ -44,13 +44,6 @@ SCRIPT_TIMEOUT_S = 360
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(script: Path, tmp_path: Path, ray_session, pooled_workers) -> None:
     if script.name not in OWN_RAY | JOINED and not _needs_own_process(script):
-        if "tensorflow" in script.read_text():
-            # Fresh workers for each TensorFlow script: one run (CI of 6608e18) saw
-            # tf_trainer.py, on the warm pair tf_checkpoint_save.py left, fail with "Shape
-            # mismatch in the collective instance 103": a known defect of TF worker reuse
-            # across different programs, open on issue 41 (test_worker_reuse.py covers
-            # the reuse that works).
-            pooled_workers.evict_all()
         # Its torch compiler cache in the test's directory, as in a process of its own.
         run_in_process(script, {"TRAINYARD_STORAGE_PATH": str(tmp_path),
                                 "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})

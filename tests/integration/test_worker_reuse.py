@@ -258,10 +258,12 @@ def _two_fits(make_trainer):
     return first, second
 
 
-def _two_loop_fits(trainer_cls, train_func, storage: str):
-    """Two 2-worker fits of ``train_func`` with ``trainer_cls`` in one reuse block."""
+def _two_loop_fits(trainer_cls, train_func, storage: str, configs=None):
+    """Two 2-worker fits of ``train_func`` with ``trainer_cls`` in one reuse block
+    (``configs``: each one's ``train_loop_config`` by run name)."""
     return _two_fits(lambda name: trainer_cls(
-        train_func, scaling_config=ScalingConfig(num_workers=2),
+        train_func, train_loop_config=(configs or {}).get(name),
+        scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(name=name, storage_path=storage, verbose=0)))
 
 
@@ -295,8 +297,11 @@ def _tf_fit(config):
 
     rank = engine.get_context().get_world_rank()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    # The second fit is another program (a hidden layer first): its collectives must not
+    # meet the first fit's, which TensorFlow caches by key in the process.
+    layers = [tf.keras.layers.Dense(config["hidden"])] if config.get("hidden") else []
     with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        model = tf.keras.Sequential([tf.keras.Input((4,)), *layers, tf.keras.layers.Dense(1)])
         model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
     x, y = _rank_data(rank, rows=64)
     history = model.fit(x.astype(np.float32), y.astype(np.float32), epochs=2,
@@ -305,6 +310,7 @@ def _tf_fit(config):
                             strategy.run(lambda: tf.constant(float(rank + 1))), axis=None)
     engine.report({"sum": float(total), "loss": float(history.history["loss"][-1]),
                    "weights": _digest(np.concatenate([w.ravel() for w in model.get_weights()])),
+                   "variables": len(model.get_weights()),
                    "tf_config": os.environ["TF_CONFIG"],
                    "log_level": os.environ.get("TF_CPP_MIN_LOG_LEVEL")})
 
@@ -321,7 +327,8 @@ def tf_fits(ray_session, tmp_path_factory):
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     try:
         return _two_loop_fits(TensorflowTrainer, _tf_fit,
-                              str(tmp_path_factory.mktemp("tf_reuse")))
+                              str(tmp_path_factory.mktemp("tf_reuse")),
+                              configs={"first": {}, "second": {"hidden": 3}})
     finally:
         if saved is None:
             os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
@@ -329,8 +336,9 @@ def tf_fits(ray_session, tmp_path_factory):
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved
 
 
-def test_tensorflow_mwms_trains_twice_on_the_same_workers(tf_fits):
+def test_tensorflow_mwms_trains_two_programs_on_the_same_workers(tf_fits):
     _assert_same_workers_both_trained(tf_fits, "weights")
+    assert [r.metrics["variables"] for r in tf_fits] == [2, 4]
     for result in tf_fits:
         assert result.metrics["sum"] == 3.0
         assert set(result.worker_metrics_dataframe["log_level"]) == {"1"}

@@ -36,6 +36,21 @@ def test_env_cwd_and_user_modules_are_restored(snapshot_now, tmp_path, monkeypat
     assert "json.tool" in sys.modules
 
 
+def test_the_engines_own_modules_are_not_the_users():
+    """A reset drops the user's modules, never the engine's: their state outlives a fit
+    (the TensorFlow backend counts fits there to draw each strategy's collective keys;
+    dropped, the next fit on the same workers reused the last one's keys and failed
+    "Shape mismatch in the collective instance")."""
+    import engine.tensorflow.config  # noqa: F401 - loaded in every TensorFlow worker
+
+    kept = worker_reset._kept_roots()
+    engine_modules = [m for name, m in list(sys.modules.items())
+                      if (name == "engine" or name.startswith("engine.")) and m is not None]
+    assert len(engine_modules) > 10
+    users = [m.__name__ for m in engine_modules if worker_reset._is_user_module(m, kept)]
+    assert users == []
+
+
 def test_an_unclean_step_says_why(snapshot_now, monkeypatch):
     monkeypatch.setattr(worker_reset, "_PROCESS_STATE",
                         (lambda: "the framework is still up",))

@@ -207,7 +207,10 @@ def _kept_roots() -> List[str]:
     roots = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
     roots += list(getattr(site, "getsitepackages", lambda: [])())
     roots.append(site.getusersitepackages())
-    roots.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # engine/
+    # The engine's own package: its modules hold state that must outlive a fit (the
+    # TensorFlow backend's count of fits, from which each strategy's collective keys
+    # are drawn). Taken from the package, not from this file's depth in it.
+    roots.append(os.path.dirname(os.path.abspath(sys.modules["engine"].__file__)))
     return [os.path.join(os.path.realpath(r), "") for r in roots if r]
 
 
