@@ -13,6 +13,15 @@ class ConfigError(TrainyardError, ValueError):
     """A config object was given a value it cannot work with."""
 
 
+class SettingError(ConfigError):
+    """A ``TRAINYARD_*`` environment variable is set to a value it does not take
+    (``engine.constants.get``); the message names the variable and an example."""
+
+    def __init__(self, message: str, name: str = "", value: str = "") -> None:
+        super().__init__(message)
+        self.name, self.value = name, value
+
+
 class StorageError(TrainyardError):
     """Storage for checkpoints and run records cannot be used."""
 

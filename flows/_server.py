@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
+from engine import constants
 from engine.constants import PREFECT_SERVER_ENV_VAR as SERVER_ENV_VAR
 
 
@@ -36,10 +37,7 @@ def prefect_api(start_timeout_s: int = 120) -> Iterator[None]:
     if PREFECT_API_URL.value():
         yield
         return
-    mode = os.environ.get(SERVER_ENV_VAR, "").strip().lower()
-    if mode not in ("", "background", "temporary"):
-        raise ValueError(f"${SERVER_ENV_VAR}={mode!r}: use 'background' (start or reuse "
-                         "`prefect server start --background`) or 'temporary'.")
+    mode = constants.get(SERVER_ENV_VAR)  # SettingError unless background or temporary
     url = background_server_url()
     if url is None and mode == "background":
         url = start_background_server(start_timeout_s)

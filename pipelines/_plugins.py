@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from engine import constants
 from engine.constants import PIPELINES_ENV_VAR
 from engine.exceptions import ConfigError
 
@@ -104,7 +104,7 @@ def _own_version() -> str:
 def _env_entries() -> List[PipelineEntry]:
     out = []
     origin = f"${PIPELINES_ENV_VAR}"
-    for item in os.environ.get(PIPELINES_ENV_VAR, "").split(","):
+    for item in (constants.get(PIPELINES_ENV_VAR) or "").split(","):
         item = item.strip()
         if not item:
             continue

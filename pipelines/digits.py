@@ -57,9 +57,9 @@ _SPLIT_ARRAYS = ("X_train", "y_train", "X_val", "y_val")
 
 
 def _split_cache_path(test_size: float, seed: int) -> Optional[str]:
-    from engine.constants import DATA_CACHE_ENV_VAR, DEFAULT_DATA_CACHE
+    from engine import constants
 
-    root = os.environ.get(DATA_CACHE_ENV_VAR, DEFAULT_DATA_CACHE)
+    root = constants.get(constants.DATA_CACHE_ENV_VAR)
     if not root:
         return None
     try:  # the version from its metadata: importing scikit-learn is what the cache saves

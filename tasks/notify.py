@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 from typing import Any, Mapping, Optional
 
+from engine import constants
 from engine.constants import NOTIFY_WEBHOOK_ENV_VAR
 
 logger = logging.getLogger("tasks.notify")
@@ -29,7 +29,7 @@ TIMEOUT_S = 10.0
 
 def webhook_url(url: Optional[str] = None) -> Optional[str]:
     """``url``, else ``$TRAINYARD_NOTIFY_WEBHOOK``, else None (notifications off)."""
-    return url or os.environ.get(NOTIFY_WEBHOOK_ENV_VAR) or None
+    return url or constants.get(NOTIFY_WEBHOOK_ENV_VAR) or None
 
 
 def post_json(url: str, message: Mapping[str, Any], timeout: float = TIMEOUT_S,

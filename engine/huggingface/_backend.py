@@ -98,7 +98,7 @@ def scratch_cwd(run_name: str) -> Iterator[str]:
     """Run in ``$TMPDIR/trainyard/<run name>`` (shared by the ranks of a node), so that
     relative paths such as the default ``TrainingArguments.output_dir`` do not land in
     whatever directory the Ray worker happened to start in."""
-    base = (os.environ.get(constants.HF_SCRATCH_DIR_ENV_VAR)
+    base = (constants.get(constants.HF_SCRATCH_DIR_ENV_VAR)
             or os.path.join(tempfile.gettempdir(), "trainyard"))
     path = os.path.join(base, run_name or "run")
     os.makedirs(path, exist_ok=True)

@@ -114,10 +114,11 @@ def _plain(value: Any) -> Any:
 
 def skip_tf_import(framework: str) -> None:
     """Keep RLlib from importing TensorFlow in this process when the algorithm runs on
-    torch (seconds saved per start); see ``constants.RLLIB_SKIP_TF_IMPORT_ENV_VAR``."""
+    torch: RLlib imports TensorFlow whenever it is installed, seconds of every start.
+    RLlib's ``RLLIB_TEST_NO_TF_IMPORT`` switch, set in this process only (RLlib's own
+    env-runner processes are left as they are); a train_func that imports TensorFlow
+    itself still gets it."""
     if framework != "torch" or "tensorflow" in sys.modules or "ray.rllib" in sys.modules:
-        return
-    if os.environ.get(constants.RLLIB_SKIP_TF_IMPORT_ENV_VAR, "1") == "0":
         return
     os.environ["RLLIB_TEST_NO_TF_IMPORT"] = "1"  # this worker process only
     logging.getLogger("ray.rllib.utils.framework").addFilter(

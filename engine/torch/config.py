@@ -166,8 +166,8 @@ def _join(store: Any, where: str, world_size: int, rendezvous_timeout_s: float) 
 
 
 def _device_index(local_rank: int) -> int:
-    own = os.environ.get(constants.OWN_GPU_INDEX_ENV_VAR)
-    return int(own) if own is not None else local_rank
+    own = constants.get(constants.OWN_GPU_INDEX_ENV_VAR)
+    return own if own is not None else local_rank
 
 
 class TorchBackend(Backend):

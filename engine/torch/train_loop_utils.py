@@ -33,8 +33,8 @@ def _world_size() -> int:
 def get_device() -> torch.device:
     """The device this worker trains on: its GPU with ``use_gpu=True``, else the CPU."""
     if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
-        own = os.environ.get(constants.OWN_GPU_INDEX_ENV_VAR)
-        index = int(own) if own is not None else 0
+        own = constants.get(constants.OWN_GPU_INDEX_ENV_VAR)
+        index = own if own is not None else 0
         return torch.device("cuda", index)
     return torch.device("cpu")
 

@@ -4,7 +4,6 @@ the model asset, which pipelines get DAGs, the retrain schedule.
 
 from __future__ import annotations
 
-import os
 from typing import List, Optional
 
 from airflow.sdk import Asset
@@ -43,7 +42,7 @@ def dag_pipelines() -> List[str]:
     from pipelines import list_pipelines  # entry points and names only: nothing loads
 
     known = list_pipelines()
-    value = os.environ.get(PIPELINES_ENV_VAR, "").strip()
+    value = constants.get(PIPELINES_ENV_VAR)
     if not value:
         return known
     names = [p.strip() for p in value.split(",") if p.strip()]
@@ -58,5 +57,5 @@ def retrain_schedule() -> Optional[str]:
     """The retrain DAGs' cron schedule: ``$TRAINYARD_RETRAIN_SCHEDULE``, default
     :data:`DEFAULT_SCHEDULE`; ``none`` (or empty): no schedule, runs start only when
     triggered (the UI, ``airflow dags trigger``, the REST API)."""
-    value = os.environ.get(SCHEDULE_ENV_VAR, DEFAULT_SCHEDULE).strip()
+    value = constants.get(SCHEDULE_ENV_VAR)
     return None if value.lower() in ("", "none") else value

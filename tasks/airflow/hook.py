@@ -68,7 +68,7 @@ def full_uri(uri: Optional[str]) -> Optional[str]:
     except Exception:  # called outside a running task
         params = {}
     candidates = [params.get("storage"), params.get("output"),
-                  os.environ.get(constants.STORAGE_PATH_ENV_VAR)]
+                  constants.given(constants.STORAGE_PATH_ENV_VAR)]
     for full in candidates:
         if not isinstance(full, str) or "://" not in full:
             continue
@@ -87,7 +87,7 @@ def ray_job_address() -> Optional[str]:
     from airflow.sdk import Connection
 
     try:
-        conn = Connection.get(os.environ.get(RAY_CONN_ID_ENV_VAR, DEFAULT_RAY_CONN_ID))
+        conn = Connection.get(constants.get(RAY_CONN_ID_ENV_VAR) or DEFAULT_RAY_CONN_ID)
     except Exception:  # AirflowNotFoundException: use the environment variables
         return None
     host = conn.host or ""

@@ -6,11 +6,11 @@ an Airflow connection (``tasks.airflow.hook``), and never fails a task.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, Optional
 
 from airflow.sdk import BaseNotifier
 
+from engine import constants
 from tasks.airflow.hook import DEFAULT_WEBHOOK_CONN_ID, WEBHOOK_CONN_ENV_VAR, webhook_url
 from tasks.notify import post_json
 
@@ -60,7 +60,7 @@ class WebhookNotifier(BaseNotifier):
         payload = _notification(self.event, context)
         (logger.error if self.event == "failed" else logger.warning)(
             "trainyard %s: %s", self.event, payload["message"])
-        conn_id = self.conn_id or os.environ.get(WEBHOOK_CONN_ENV_VAR) \
+        conn_id = self.conn_id or constants.get(WEBHOOK_CONN_ENV_VAR) \
             or DEFAULT_WEBHOOK_CONN_ID
         url = webhook_url(conn_id)
         if url is None:

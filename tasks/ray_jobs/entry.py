@@ -176,9 +176,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"usage: python -m {settings.ENTRY_MODULE} <job name>", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _interrupt)
-    submission_id = os.environ.get(settings.JOB_SUBMISSION_ENV_VAR, "")
+    submission_id = constants.given(settings.JOB_SUBMISSION_ENV_VAR) or ""
     try:
-        root = os.environ.get(constants.STORAGE_PATH_ENV_VAR)
+        root = constants.given(constants.STORAGE_PATH_ENV_VAR)
         if not root:
             raise ConfigError(f"${constants.STORAGE_PATH_ENV_VAR} is not set in the job: "
                               "submit pipeline steps with execution='ray_job'.")

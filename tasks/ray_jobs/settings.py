@@ -80,7 +80,7 @@ def execution_mode(explicit: Optional[str] = None) -> str:
     Raises:
         ConfigError: an unknown mode.
     """
-    mode = explicit or os.environ.get(EXECUTION_ENV_VAR) or LOCAL
+    mode = explicit or constants.get(EXECUTION_ENV_VAR) or LOCAL
     if mode not in MODES:
         raise ConfigError(f"execution={mode!r}: use 'local' (this process drives Ray) or "
                           f"'ray_job' (submit the step to a Ray cluster's job server); "
@@ -96,7 +96,7 @@ def job_address(explicit: Optional[str] = None) -> str:
     Raises:
         ConfigError: none of them gives an ``http(s)://`` address.
     """
-    address = explicit or os.environ.get(JOB_ADDRESS_ENV_VAR)
+    address = explicit or constants.get(JOB_ADDRESS_ENV_VAR)
     if not address:
         ray_address = os.environ.get("RAY_ADDRESS", "")
         address = ray_address if ray_address.startswith(("http://", "https://")) else ""
@@ -119,10 +119,8 @@ def poll_intervals(longest: float, first: float = 0.1) -> Iterator[float]:
 
 
 def poll_seconds() -> float:
-    try:
-        return max(0.05, float(os.environ.get(JOB_POLL_S_ENV_VAR, DEFAULT_POLL_S)))
-    except ValueError:
-        return DEFAULT_POLL_S
+    """``$TRAINYARD_RAY_JOB_POLL_S``: the longest wait between status polls."""
+    return constants.get(JOB_POLL_S_ENV_VAR)
 
 
 def job_storage_root(storage: Optional[str]) -> str:
@@ -132,14 +130,14 @@ def job_storage_root(storage: Optional[str]) -> str:
         ConfigError: ``memory://`` (RAM of this machine; a job on a cluster cannot see
             it) or a relative path.
     """
-    raw = storage or os.environ.get(constants.STORAGE_PATH_ENV_VAR) or ""
+    raw = storage or constants.given(constants.STORAGE_PATH_ENV_VAR) or ""
     if str(raw).startswith("memory://"):
         raise ConfigError(
             f"Storage {raw!r} is memory of this machine, which a Ray job cannot see: in "
             "execution='ray_job' mode use storage both sides reach (a shared file system "
             f"path, or s3://...) as run['storage'] or ${constants.STORAGE_PATH_ENV_VAR}.")
     root = default_root(storage)
-    env_root = os.environ.get(constants.STORAGE_PATH_ENV_VAR)
+    env_root = constants.given(constants.STORAGE_PATH_ENV_VAR)
     # A root shown without credentials or endpoint (from a reference) reopens the full
     # one this process was given in the environment.
     if env_root and redact(env_root).rstrip("/") == redact(root).rstrip("/"):
@@ -206,4 +204,4 @@ def current_caller() -> Caller:
 
 
 def orchestrator_run_id() -> Optional[str]:
-    return current_caller().run_id or os.environ.get(ORCHESTRATOR_RUN_ID_ENV_VAR) or None
+    return current_caller().run_id or constants.given(ORCHESTRATOR_RUN_ID_ENV_VAR)

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from engine import constants
 from engine.constants import PIPELINES_ENV_VAR
 from engine.exceptions import ConfigError
 
@@ -228,7 +229,7 @@ def _name_in_job_env(env: Dict[str, Any], ship: Shipment) -> None:
     """Code shipped as modules carries no entry points: name the pipeline in the job's
     ``$TRAINYARD_PIPELINES`` (beside what the user or this process set there)."""
     env_vars = dict(env.get("env_vars") or {})
-    current = env_vars.get(PIPELINES_ENV_VAR, os.environ.get(PIPELINES_ENV_VAR, ""))
+    current = env_vars.get(PIPELINES_ENV_VAR, constants.given(PIPELINES_ENV_VAR) or "")
     items = [i.strip() for i in str(current).split(",") if i.strip()]
     if not any(i.partition("=")[0].strip() == ship.pipeline for i in items):
         items.append(f"{ship.pipeline}={ship.target}")

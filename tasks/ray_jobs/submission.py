@@ -103,7 +103,7 @@ class StepJob:
         inner = st.root
         st.write_json_atomic(inner, {"step": self.step, "kwargs": strip_secrets(self.kwargs),
                                      "name": self.name})
-        python = os.environ.get(JOB_PYTHON_ENV_VAR, "python")
+        python = constants.get(JOB_PYTHON_ENV_VAR) or "python"
         entrypoint = f"{shlex.quote(python)} -m {ENTRY_MODULE} {shlex.quote(self.name)}"
         runtime_env = job_runtime_env(self.runtime_env, self.storage, self.name,
                                       submission_id, self.orchestrator_run_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 from tasks.registry.base import MLFLOW_PREFIX, Registry
@@ -14,7 +13,7 @@ def open_registry(registry: Optional[str], storage: Optional[str]) -> Registry:
     else pointer files under ``<storage>/models``."""
     from engine import constants
 
-    registry = registry or os.environ.get(constants.REGISTRY_ENV_VAR) or None
+    registry = registry or constants.get(constants.REGISTRY_ENV_VAR) or None
     if registry and registry.startswith(MLFLOW_PREFIX):
         from tasks.registry.mlflow import MlflowRegistry
 

@@ -137,7 +137,7 @@ def _url(raw: str) -> Any:
 
 
 def _with_password(url: Any) -> Any:
-    password = os.environ.get(PASSWORD_ENV_VAR)
+    password = constants.get(PASSWORD_ENV_VAR)
     if url.password is None and password and url.drivername.split("+")[0] != "sqlite":
         return url.set(password=password)
     return url

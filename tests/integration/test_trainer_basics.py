@@ -323,10 +323,10 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     assert not alive, f"Ray processes outlived the script: {alive}"
 
 
-def test_local_ray_starts_without_the_api_server_unless_asked():
+def test_local_ray_starts_without_the_api_server():
     """Without the dashboard, Ray's API server process serves only usage statistics and
-    ray.init() waits for it (a second of every start): the engine's local Ray skips it;
-    TRAINYARD_RAY_API_SERVER=1 starts it as Ray does. Tasks run either way."""
+    ray.init() waits for it (a second of every start): the engine's local Ray skips it,
+    and tasks run."""
     import subprocess
     import sys
 
@@ -340,15 +340,10 @@ def test_local_ray_starts_without_the_api_server_unless_asked():
             "print('dashboard' in node.all_processes)\n"
             "print(any('dashboard/dashboard.py' in ' '.join(p.cmdline()) "
             "for p in psutil.Process().children(recursive=True)))\n")
-    seen = {}
-    for value in ("0", "1"):
-        env = driver_env()
-        env["TRAINYARD_RAY_API_SERVER"] = value
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        seen[value] = out.stdout.strip().splitlines()[-3:]
-    assert seen == {"0": ["42", "False", "False"], "1": ["42", "True", "True"]}
+    out = subprocess.run([sys.executable, "-c", code], env=driver_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-3:] == ["42", "False", "False"]
 
 
 _MONITOR_SCRIPT = """

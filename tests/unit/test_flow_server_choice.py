@@ -92,6 +92,6 @@ def test_an_api_url_that_is_set_wins(no_api_url, health_port):
 
 def test_a_bad_server_mode_says_what_to_set(no_api_url, monkeypatch):
     monkeypatch.setenv(SERVER_ENV_VAR, "persistent")
-    with pytest.raises(ValueError, match=f"{SERVER_ENV_VAR}.*'background'"):
+    with pytest.raises(ValueError, match=f"{SERVER_ENV_VAR}='persistent'.*background, temporary"):
         with prefect_api():
             pass

@@ -356,27 +356,35 @@ def test_the_exit_waits_until_rays_log_monitor_has_streamed_the_workers_output(
         assert not quiet(os.getpid()), "a batch just arrived: more may be in flight"
 
 
-_EXIT_WAIT = ("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "_exit_log_wait_s")
-_MONITOR_DELAY = ("TRAINYARD_RAY_MONITOR_DELAY_S", "_monitor_delay_s")
+def test_a_bad_seconds_setting_fails_the_start_naming_it_and_the_exit_keeps_its_wait(
+        monkeypatch):
+    """Both are read as the local start begins: a bad value is one SettingError naming
+    the variable (before any Ray process starts); the exit then waits what the start
+    read (an exit handler could only swallow the error)."""
+    from engine.exceptions import SettingError
 
-
-@pytest.mark.parametrize("setting, value, expected, warned", [
-    (_EXIT_WAIT, None, 0.5, False), (_EXIT_WAIT, "2", 2.0, False),
-    (_EXIT_WAIT, "0", 0.0, False), (_EXIT_WAIT, "half a second", 0.5, True),
-    (_EXIT_WAIT, "-1", 0.5, True),
-    (_MONITOR_DELAY, None, 10.0, False), (_MONITOR_DELAY, "2.5", 2.5, False),
-    (_MONITOR_DELAY, "0", 0.0, False), (_MONITOR_DELAY, "soon", 10.0, True),
-    (_MONITOR_DELAY, "-1", 10.0, True)])
-def test_the_seconds_settings_fall_back_to_their_default_with_a_warning(
-        monkeypatch, caplog, setting, value, expected, warned):
-    name, reader = setting
-    if value is None:
-        monkeypatch.delenv(name, raising=False)
-    else:
-        monkeypatch.setenv(name, value)
-    with caplog.at_level(logging.WARNING, logger=settings.logger.name):
-        assert getattr(settings, reader)() == expected
-    assert (name in caplog.text) == warned
+    monkeypatch.setattr(settings, "_exit_log_wait", None)
+    monkeypatch.delenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", raising=False)
+    monkeypatch.setenv("TRAINYARD_RAY_MONITOR_DELAY_S", "2.5")
+    assert settings.read_at_start() == 2.5 and settings.exit_log_wait_s() == 0.5
+    monkeypatch.setenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "2")
+    monkeypatch.setenv("TRAINYARD_RAY_MONITOR_DELAY_S", "0")
+    assert settings.read_at_start() == 0.0
+    monkeypatch.setenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "half a second")
+    assert settings.exit_log_wait_s() == 2.0  # what the start read
+    for name, bad in (("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "half a second"),
+                      ("TRAINYARD_RAY_MONITOR_DELAY_S", "-1")):
+        monkeypatch.setenv("TRAINYARD_RAY_EXIT_LOG_WAIT_S", "0.5")
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(SettingError, match=f"{name}={bad!r}.*>= 0"):
+            settings.read_at_start()
+    monkeypatch.delenv("TRAINYARD_RAY_MONITOR_DELAY_S")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local start, not a join
+    monkeypatch.setenv("TRAINYARD_RAY_NUM_CPUS", "four")
+    before = set(psutil.Process().children(recursive=True))
+    with pytest.raises(SettingError, match="TRAINYARD_RAY_NUM_CPUS='four'"):
+        start._init_ray()
+    assert set(psutil.Process().children(recursive=True)) <= before
 
 
 def test_the_sweep_moves_only_the_logs_of_workers_that_are_gone(tmp_path):
@@ -548,7 +556,6 @@ def test_outside_the_checked_versions_rays_node_is_left_unpatched(monkeypatch):
     original = Node.start_api_server
     monkeypatch.setattr(ray, "__version__", "9.0.0")
     monkeypatch.setattr(versions, "_warned", set())
-    monkeypatch.delenv("TRAINYARD_RAY_API_SERVER", raising=False)
     with node_patches._without_api_server():
         assert Node.start_api_server is original
     assert start._system_config(0) == {"worker_niceness": 0}

@@ -19,7 +19,7 @@ from engine._internal.run_state import lease as run_lease
 from engine._internal.run_state.lease import (LEASE_DIR, LEASE_S_ENV_VAR, RunLease, lease_seconds,
                                         read_lease)
 from engine._internal.storage.filesystem import Storage
-from engine.exceptions import RunInProgressError, StorageError
+from engine.exceptions import RunInProgressError, SettingError
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -173,7 +173,7 @@ def test_lease_length_from_the_environment(monkeypatch):
     monkeypatch.setenv(LEASE_S_ENV_VAR, "7.5")
     assert lease_seconds() == 7.5
     monkeypatch.setenv(LEASE_S_ENV_VAR, "soon")
-    with pytest.raises(StorageError, match=LEASE_S_ENV_VAR):
+    with pytest.raises(SettingError, match=f"{LEASE_S_ENV_VAR}='soon' .* number > 0"):
         lease_seconds()
 
 

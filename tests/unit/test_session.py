@@ -78,16 +78,12 @@ def test_round_tracker_detects_uneven_reports():
     assert "rank 0: 2, rank 1: 1" in msg and "same number of times" in msg
 
 
-def test_gc_freeze_can_be_turned_off(monkeypatch):
+def test_the_startup_heap_is_frozen_before_train_func_and_thawed_after():
     import gc
 
     from engine._internal.worker_group import worker
 
     assert gc.get_freeze_count() == 0
-    monkeypatch.setenv("TRAINYARD_GC_FREEZE", "0")
-    worker._freeze_startup_objects()
-    assert gc.get_freeze_count() == 0
-    monkeypatch.delenv("TRAINYARD_GC_FREEZE")
     try:
         worker._freeze_startup_objects()
         assert gc.get_freeze_count() > 0
@@ -111,7 +107,6 @@ def test_a_reused_worker_collects_the_last_trials_cycles_before_it_freezes(monke
     from engine._internal.worker_group import worker
 
     monkeypatch.setattr(worker, "_ran_train_func", False)
-    monkeypatch.delenv("TRAINYARD_GC_FREEZE", raising=False)
     assert gc.get_freeze_count() == 0
     was_enabled = gc.isenabled()
     gc.disable()  # only the worker's own passes collect here

@@ -188,8 +188,7 @@ def _open_dataset(data: Any) -> Any:
         and all(isinstance(p, (str, os.PathLike)) for p in data))
     if not is_path:
         return to_ray_dataset("data", data)
-    target = int(os.environ.get(constants.PREDICT_READ_BLOCK_BYTES_ENV_VAR,
-                                constants.DEFAULT_PREDICT_READ_BLOCK_BYTES))
+    target = constants.get(constants.PREDICT_READ_BLOCK_BYTES_ENV_VAR)
     with _read_block_size(target):
         return to_ray_dataset("data", data)
 

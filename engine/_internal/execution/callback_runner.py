@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from engine import constants
@@ -18,8 +17,7 @@ logger = logging.getLogger("engine")
 def default_callbacks(user_callbacks: Sequence[Any]) -> List[Any]:
     """``JsonLoggerCallback`` and ``CSVLoggerCallback`` unless the user passed one of
     that type already or ``TRAINYARD_DISABLE_DEFAULT_LOGGERS=1``."""
-    flag = os.environ.get(constants.DISABLE_DEFAULT_LOGGERS_ENV_VAR, "").strip().lower()
-    if flag in ("1", "true", "yes"):
+    if constants.get(constants.DISABLE_DEFAULT_LOGGERS_ENV_VAR):
         return []
     return [cls() for cls in (JsonLoggerCallback, CSVLoggerCallback)
             if not any(isinstance(cb, cls) for cb in user_callbacks)]

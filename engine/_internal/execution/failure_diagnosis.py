@@ -9,7 +9,6 @@ here, once; ``FailurePolicy`` decides on the types alone, never on these texts.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Callable, Dict, Iterable, Optional, Set
 
@@ -32,8 +31,7 @@ StacksOf = Callable[[Iterable[int]], Dict[int, str]]
 
 def health_check_timeout() -> float:
     """How long a poll may find every rank silent (``TRAINYARD_HEALTH_CHECK_TIMEOUT_S``)."""
-    return float(os.environ.get(constants.HEALTH_CHECK_TIMEOUT_ENV_VAR,
-                                constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S))
+    return constants.get(constants.HEALTH_CHECK_TIMEOUT_ENV_VAR)
 
 
 # --- the typed errors, as the workers, the group and the controller report them ------

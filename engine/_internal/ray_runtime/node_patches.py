@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 
-from engine import constants
 from engine._internal.ray_runtime import children
 from engine._internal.ray_runtime.versions import written_for
 
@@ -28,19 +26,15 @@ def _without_api_server():
     only the usage-stats module, and ``ray.init()`` polls until the process has written
     its address: 1.1–1.2 s of every local start on the 2-core development VM, for a
     process the engine never talks to (without the dashboard, Ray's state API is not
-    among its modules either). ``TRAINYARD_RAY_API_SERVER=1`` keeps Ray's behaviour. Anything
-    unexpected (another Ray's internals) leaves the start to Ray."""
-    if os.environ.get(constants.RAY_API_SERVER_ENV_VAR, "0") == "1":
-        yield
-        return
+    among its modules either). ``ray start --head`` (a cluster's head) starts it as Ray
+    does. Anything unexpected (another Ray's internals) leaves the start to Ray."""
 
     def replace(original):
         def start_api_server(self, *, include_dashboard, raise_on_failure):
             if include_dashboard:  # asked for: Ray's own start
                 return original(self, include_dashboard=include_dashboard,
                                 raise_on_failure=raise_on_failure)
-            logger.debug("Not starting Ray's API server (%s=1 starts it).",
-                         constants.RAY_API_SERVER_ENV_VAR)
+            logger.debug("Not starting Ray's API server (no dashboard asked for).")
         return start_api_server
 
     with _node_method_replaced("start_api_server", replace):

@@ -1,43 +1,27 @@
-"""The settings of seconds the start and the exit read: a bad value warns and falls back
-to its default (a start or an exit is no place to raise)."""
+"""The settings of seconds the local start and the exit read.
+
+Both are read when the local instance starts (``constants.get``: a bad value fails the
+start with a SettingError that names the variable); the exit uses the wait read then,
+since an exit handler can only swallow an error."""
 
 from __future__ import annotations
 
-import logging
-import os
+from typing import Optional
 
 from engine import constants
 
-logger = logging.getLogger(__name__)
+_exit_log_wait: Optional[float] = None  # read by the last local start
 
 
-def _seconds_setting(name: str, default: float, meaning: str, example: str) -> float:
-    """A setting of seconds >= 0; its default, with a warning, when it is not one (a
-    start or an exit is no place to raise)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-        if value >= 0:
-            return value
-    except ValueError:
-        pass
-    logger.warning("%s=%r is not a number of seconds >= 0; %s %s s. Set it to e.g. %s.",
-                   name, raw, meaning, default, example)
-    return default
+def read_at_start() -> float:
+    """Check both settings and remember the exit's wait; returns the monitor's delay."""
+    global _exit_log_wait
+    _exit_log_wait = constants.get(constants.RAY_EXIT_LOG_WAIT_ENV_VAR)
+    return constants.get(constants.RAY_MONITOR_DELAY_ENV_VAR)
 
 
-def _exit_log_wait_s() -> float:
-    """``TRAINYARD_RAY_EXIT_LOG_WAIT_S``."""
-    return _seconds_setting(constants.RAY_EXIT_LOG_WAIT_ENV_VAR,
-                            constants.DEFAULT_RAY_EXIT_LOG_WAIT_S,
-                            "waiting for the workers' output at exit at most", "0.5")
-
-
-def _monitor_delay_s() -> float:
-    """``TRAINYARD_RAY_MONITOR_DELAY_S``."""
-    return _seconds_setting(constants.RAY_MONITOR_DELAY_ENV_VAR,
-                            constants.DEFAULT_RAY_MONITOR_DELAY_S,
-                            "starting Ray's autoscaler monitor after Ray by",
-                            "10, or 0 to start it with Ray")
+def exit_log_wait_s() -> float:
+    """``TRAINYARD_RAY_EXIT_LOG_WAIT_S`` as the local start read it."""
+    if _exit_log_wait is None:
+        return constants.DEFAULT_RAY_EXIT_LOG_WAIT_S
+    return _exit_log_wait

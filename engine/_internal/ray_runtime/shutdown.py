@@ -8,7 +8,7 @@ import time
 
 from engine._internal.ray_runtime import instance
 from engine._internal.ray_runtime.logs import _logs_quiet
-from engine._internal.ray_runtime.settings import _exit_log_wait_s
+from engine._internal.ray_runtime.settings import exit_log_wait_s
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _shutdown_when_logs_are_quiet() -> None:
         logs_dir = node.get_logs_dir_path()
         monitors = node.all_processes.get("log_monitor") or []
         monitor_pid = monitors[0].process.pid if monitors else None
-        wait = _exit_log_wait_s()
+        wait = exit_log_wait_s()
         start = time.monotonic()
         while time.monotonic() - start < wait and not _logs_quiet(
                 logs_dir, monitor_pid, time.time(), time.monotonic()):

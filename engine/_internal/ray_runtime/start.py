@@ -14,7 +14,7 @@ from engine._internal.ray_runtime.logs import _LOG_CLOCK
 from engine._internal.ray_runtime.node_patches import (_prompt_registration_wait,
                                                        _without_api_server)
 from engine._internal.ray_runtime.notices import _NOT_MAIN_THREAD_NOTICE, _quiet_ray_start
-from engine._internal.ray_runtime.settings import _monitor_delay_s
+from engine._internal.ray_runtime import settings
 from engine._internal.ray_runtime.versions import written_for
 
 logger = logging.getLogger(__name__)
@@ -91,10 +91,8 @@ def _init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return
-    num_cpus = int(os.environ.get(
-        constants.RAY_NUM_CPUS_ENV_VAR,
-        max(constants.DEFAULT_MIN_RAY_NUM_CPUS, os.cpu_count() or 1),
-    ))
+    num_cpus = constants.get(constants.RAY_NUM_CPUS_ENV_VAR) or max(
+        constants.DEFAULT_MIN_RAY_NUM_CPUS, os.cpu_count() or 1)
     logger.info("Starting a local Ray instance with %d logical CPUs.", num_cpus)
     # No dashboard: it is one more server and seconds of start-up the engine never uses.
     # (Ray advertises the host's address even when asked for 127.0.0.1; its ports are
@@ -102,10 +100,9 @@ def _init_ray() -> None:
     # Ray starts worker processes at nice 15 so that its own daemons stay responsive;
     # training workers are this instance's main job and run at the priority torchrun's
     # processes would have (TRAINYARD_RAY_WORKER_NICENESS overrides).
-    niceness = int(os.environ.get(constants.RAY_WORKER_NICENESS_ENV_VAR,
-                                  constants.DEFAULT_RAY_WORKER_NICENESS))
+    niceness = constants.get(constants.RAY_WORKER_NICENESS_ENV_VAR)
+    monitor_delay_s = settings.read_at_start()
     before = children.child_pids()  # what a failed start must not touch
-    monitor_delay_s = _monitor_delay_s()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         deferred: list = []
         try:

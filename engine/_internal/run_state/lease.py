@@ -42,12 +42,12 @@ from typing import Any, Dict, Optional, Tuple
 from engine import constants
 from engine._internal.storage.filesystem import Storage, join
 from engine._internal.storage.s3 import client_error, client_for
-from engine.exceptions import RunInProgressError, StorageError
+from engine.exceptions import RunInProgressError
 
 logger = logging.getLogger("engine")
 
 LEASE_S_ENV_VAR = constants.RUN_LEASE_S_ENV_VAR
-DEFAULT_LEASE_S = 60.0
+DEFAULT_LEASE_S = constants.SETTINGS[LEASE_S_ENV_VAR].default
 # Who started this driver, shown in RunInProgressError (set by the ray_job mode; the
 # Airflow and Prefect variables below are used when it is not set).
 ORCHESTRATOR_RUN_ID_ENV_VAR = constants.ORCHESTRATOR_RUN_ID_ENV_VAR
@@ -64,24 +64,14 @@ def lease_seconds() -> float:
     """``$TRAINYARD_RUN_LEASE_S`` (default 60 s).
 
     Raises:
-        StorageError: the variable is not a positive number.
+        SettingError: the variable is not a number of seconds > 0.
     """
-    raw = os.environ.get(LEASE_S_ENV_VAR)
-    if raw is None or raw == "":
-        return DEFAULT_LEASE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise StorageError(f"{LEASE_S_ENV_VAR}={raw!r}: set it to a number of seconds > 0 "
-                           f"(default {DEFAULT_LEASE_S:g}).")
-    return value
+    return constants.get(LEASE_S_ENV_VAR)
 
 
 def orchestrator_run_id() -> Optional[str]:
     """The orchestrator run this driver works for, when the environment says so."""
-    explicit = os.environ.get(ORCHESTRATOR_RUN_ID_ENV_VAR)
+    explicit = constants.get(ORCHESTRATOR_RUN_ID_ENV_VAR)
     if explicit:
         return explicit
     airflow = [os.environ.get(k) for k in _AIRFLOW_CTX_VARS]

@@ -86,7 +86,7 @@ def default_root(storage: Optional[str] = None, filesystem: Any = None) -> str:
     Raises:
         StorageError: a relative local path (workers elsewhere would not find it).
     """
-    from_env = os.environ.get(constants.STORAGE_PATH_ENV_VAR)
+    from_env = constants.get(constants.STORAGE_PATH_ENV_VAR)
     root = os.fspath(storage) if storage else from_env or constants.DEFAULT_STORAGE_PATH
     if filesystem is not None or (is_uri(root) and not root.startswith("file://")):
         return root
@@ -199,7 +199,7 @@ def _known_filesystem(uri: str) -> Optional[pafs.FileSystem]:
 def memory_storage_root() -> str:
     """Where ``memory://`` lives: ``$TRAINYARD_MEMORY_STORAGE_ROOT``, else
     ``/dev/shm/trainyard-memory`` (a tmpfs on Linux), else the temp directory."""
-    root = os.environ.get(MEMORY_ROOT_ENV_VAR)
+    root = constants.get(MEMORY_ROOT_ENV_VAR)
     if root:
         return os.path.abspath(os.path.expanduser(root))
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import os
 import re
 import threading
 import time
@@ -102,10 +101,7 @@ def is_transient(exc: BaseException) -> bool:
 
 def retry_budget() -> float:
     """Seconds a remote operation is retried for (``$TRAINYARD_STORAGE_RETRY_S``)."""
-    try:
-        return float(os.environ.get(RETRY_ENV_VAR, DEFAULT_RETRY_S))
-    except ValueError:
-        return DEFAULT_RETRY_S
+    return constants.get(RETRY_ENV_VAR)
 
 
 def retrying(method: _F) -> _F:

@@ -96,8 +96,7 @@ class WorkerGroup:
         child_bundles = _child_bundles(self.scaling)
         self.placement_group = placement_group(bundles + child_bundles,
                                                strategy=self.scaling.placement_strategy)
-        timeout = float(os.environ.get(constants.PLACEMENT_GROUP_TIMEOUT_ENV_VAR,
-                                       constants.DEFAULT_PLACEMENT_GROUP_TIMEOUT_S))
+        timeout = constants.get(constants.PLACEMENT_GROUP_TIMEOUT_ENV_VAR)
         ready, _ = ray.wait([self.placement_group.ready()], timeout=timeout)
         if not ready:
             self.shutdown()

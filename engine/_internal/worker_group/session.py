@@ -112,9 +112,9 @@ def working_dir(storage: Storage, experiment: str, run_name: str) -> str:
     directory (so relative paths of concurrent trials do not collide): the run directory
     on local storage, else ``<tmp>/trainyard_trials/<experiment>/<run>``; "" when
     ``TRAINYARD_CHDIR_TO_TRIAL_DIR=0`` (or Ray's ``RAY_CHDIR_TO_TRIAL_DIR=0``)."""
-    for var in (constants.CHDIR_TO_TRIAL_DIR_ENV_VAR, constants.RAY_CHDIR_TO_TRIAL_DIR_ENV_VAR):
-        if os.environ.get(var, "1").strip() == "0":
-            return ""
+    if not constants.get(constants.CHDIR_TO_TRIAL_DIR_ENV_VAR) \
+            or os.environ.get(constants.RAY_CHDIR_TO_TRIAL_DIR_ENV_VAR, "1").strip() == "0":
+        return ""
     if storage.local:
         return storage.root
     import tempfile

@@ -12,7 +12,6 @@ import threading
 import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from engine import constants
 from engine._internal.execution.failure_diagnosis import worker_raised
 from engine._internal.run_state import timeline
 from engine._internal.worker_group import session as _session
@@ -82,15 +81,13 @@ def _freeze_startup_objects() -> None:
     model's steps) that made the same loop about 10 % slower than under torchrun
     (measured in a plain Ray actor as in ours). Frozen objects are still freed when
     their reference count drops; only cycles among them wait for ``gc.unfreeze()``, so
-    garbage is collected first. ``TRAINYARD_GC_FREEZE=0`` turns this off.
+    garbage is collected first.
 
     In a fresh worker that garbage is what the last moments left, in the young
     generations: a full pass there found none (0 objects, in plain and torch workers)
     and took 0.04 CPU-s of a plain worker, 0.19 s of a torch one (370,000 objects),
     on every worker of every fit. A reused worker (the Tuner's) holds the last trial's
     cycles in the oldest generation after ``_unfreeze``: it gets the full pass."""
-    if os.environ.get(constants.GC_FREEZE_ENV_VAR, "1") == "0":
-        return
     gc.collect(2 if _ran_train_func else 1)
     gc.freeze()
 
