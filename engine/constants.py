@@ -77,7 +77,6 @@ class Setting:
             return text
         if not text:
             return self.default
-        value: Any
         if self.kind == "bool":
             if text.lower() in _TRUE:
                 return True
@@ -116,7 +115,7 @@ class Setting:
             bounds.append(f">= {self.minimum:g}")
         if self.maximum is not None:
             bounds.append(f"<= {self.maximum:g}")
-        return " ".join([what] + [" and ".join(bounds)] if bounds else [what])
+        return f"{what} {' and '.join(bounds)}" if bounds else what
 
     def _bad(self, raw: str) -> SettingError:
         default = self.default_text or ("unset" if self.default is None
@@ -165,21 +164,22 @@ def get(name: str) -> Any:
         SettingError: the variable is set to a value its setting does not take.
         KeyError: ``name`` is not a declared setting.
     """
-    try:
-        setting = SETTINGS[name]
-    except KeyError:
-        raise KeyError(f"{name!r} is not a trainyard setting: declare it in "
-                       "engine/constants.py with _setting()") from None
-    return setting.get()
+    return _declared(name).get()
 
 
 def given(name: str) -> Any:
     """Setting ``name`` parsed as :func:`get` does, but None when the variable is unset
     or blank instead of its default: for code that asks whether a value was set."""
-    raw = os.environ.get(name, "")
-    if name not in SETTINGS:
-        get(name)  # the KeyError that says how to declare it
-    return SETTINGS[name].parse(raw) if raw.strip() else None
+    setting, raw = _declared(name), os.environ.get(name, "")
+    return setting.parse(raw) if raw.strip() else None
+
+
+def _declared(name: str) -> Setting:
+    try:
+        return SETTINGS[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not a trainyard setting: declare it in "
+                       "engine/constants.py with _setting()") from None
 
 
 # Where runs are stored when RunConfig(storage_path=None).
