@@ -225,6 +225,29 @@ def _env_while_ray_starts(**env: str):
                 os.environ[k] = v
 
 
+# What the session's Ray costs while it waits. It lives for the whole run on each xdist
+# worker, and much of that time runs modules that do not use it (scripts with their own
+# Ray, Airflow's and Prefect's servers). Measured on the 2-core development VM, idle over
+# 40 s after four tasks: 11-12 % of a core, of which each idle worker process 1.2 % (Ray's
+# core worker wakes every 10 ms to check signals; 5 idle workers stayed), the log monitor
+# 1.4 %, the dashboard agent 1.3 % (half of it the metrics every process reports to it),
+# the API server 0.45 %. No test reads the session's metrics, its API server or state API.
+_SESSION_SYSTEM_CONFIG = {
+    # An idle worker process exits after a minute unused, instead of Ray keeping up to
+    # num_cpus of them for good: starting one costs about 0.7 CPU-s, about what one costs
+    # idling for a minute, so a worker that waits longer would have been cheaper to start
+    # again (within a module's tests, workers are reused as before).
+    "num_workers_soft_limit": 0,
+    "idle_worker_killing_time_threshold_ms": 60_000,
+    "enable_metrics_collection": False,
+}
+# Ray's log monitor lists the log directory before each read (10 times a second) while
+# there are fewer than this many files; at 0 it lists it every 0.5 s and still reads the
+# files it has 10 times a second (a new worker's first lines can reach the driver up to
+# 0.4 s later): half of its CPU.
+_SESSION_LOG_MONITOR_ENV = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0"}
+
+
 @pytest.fixture(scope="session")
 def ray_session(aws_test_credentials):
     """A local Ray shared by every test of the session (each start costs seconds).
@@ -242,11 +265,16 @@ def ray_session(aws_test_credentials):
         # runtime_env={"env_vars": ...} would start every worker process through Ray's
         # setup_worker.py, which imports Ray once more before it execs the worker
         # (about 0.5 CPU-s more per worker process, thousands of them in a test run).
+        # Ray's API server is not started (the engine's own local start does the same).
+        from engine._internal.ray_runtime.node_patches import without_api_server
+
         with _env_while_ray_starts(
                 PYTHONPATH=os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")]
-                                           if p)):
+                                           if p),
+                **_SESSION_LOG_MONITOR_ENV), without_api_server():
             ray.init(address="local", num_cpus=RAY_TEST_CPUS, include_dashboard=False,
-                     configure_logging=False, log_to_driver=True)
+                     configure_logging=False, log_to_driver=True,
+                     _system_config=_SESSION_SYSTEM_CONFIG)
     yield ray
     ray.shutdown()
 

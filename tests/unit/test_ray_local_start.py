@@ -186,7 +186,7 @@ def test_the_start_sees_the_raylets_registration_as_it_happens(monkeypatch):
         return {"node_id": node_id}
 
     monkeypatch.setattr(services, "get_node", ray_lookup)
-    with node_patches._prompt_registration_wait():
+    with node_patches.prompt_registration_wait():
         assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
     assert lookups == [("127.0.0.1:6379", "n1", 3)]  # after the poll that saw it
     assert services.get_node is ray_lookup
@@ -227,7 +227,7 @@ def test_a_slow_raylet_that_still_runs_is_waited_for_past_rays_limit(monkeypatch
     monkeypatch.setattr(node_patches, "_raylet_alive",
                         lambda before: alive_asked.append(before) or True)
     with caplog.at_level("WARNING", logger=node_patches.logger.name), \
-            node_patches._prompt_registration_wait(frozenset({11})):
+            node_patches.prompt_registration_wait(frozenset({11})):
         assert services.get_node("127.0.0.1:6379", "n1") == {"node_id": "n1"}
     assert lookups == [12]  # Ray's lookup ran once, after the poll that saw the node
     assert alive_asked and all(b == frozenset({11}) for b in alive_asked)
@@ -240,7 +240,7 @@ def test_a_raylet_that_died_is_not_waited_for(monkeypatch):
     services, polls, lookups = _fake_registration(monkeypatch, lambda poll: [])
     monkeypatch.setattr(node_patches, "_raylet_alive", lambda before: False)
     t0 = time.monotonic()
-    with node_patches._prompt_registration_wait(), pytest.raises(RuntimeError, match="not found"):
+    with node_patches.prompt_registration_wait(), pytest.raises(RuntimeError, match="not found"):
         services.get_node("127.0.0.1:6379", "n1")
     assert time.monotonic() - t0 < 10  # not _REGISTRATION_WAIT_ALIVE_S (30 s here)
     assert len(lookups) == 1
@@ -556,7 +556,7 @@ def test_outside_the_checked_versions_rays_node_is_left_unpatched(monkeypatch):
     original = Node.start_api_server
     monkeypatch.setattr(ray, "__version__", "9.0.0")
     monkeypatch.setattr(versions, "_warned", set())
-    with node_patches._without_api_server():
+    with node_patches.without_api_server():
         assert Node.start_api_server is original
     assert start._system_config(0) == {"worker_niceness": 0}
     assert instance.current_node() is None

@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _without_api_server():
+def without_api_server():
     """Start the local instance without Ray's API server process.
 
     With ``include_dashboard=False`` Ray 2.60 still starts its dashboard process, loading
@@ -63,7 +63,7 @@ def _node_method_replaced(name: str, replace):
 
 
 @contextlib.contextmanager
-def _prompt_registration_wait(before: frozenset = frozenset()):
+def prompt_registration_wait(before: frozenset = frozenset()):
     """Let ``ray.init()`` see the raylet's registration as soon as it happens.
 
     After starting the raylet, Ray 2.60's ``Node`` asks the GCS for the node once and the
@@ -132,7 +132,7 @@ def _prompt_registration_wait(before: frozenset = frozenset()):
 
 # Ray's own limit on the raylet's registration (ray/_private/node.py; its lookup then
 # retries for a while), and how long the engine polls in all while the raylet runs
-# (see _prompt_registration_wait).
+# (see prompt_registration_wait).
 _REGISTRATION_WAIT_S = 30.0
 _REGISTRATION_WAIT_ALIVE_S = 180.0
 

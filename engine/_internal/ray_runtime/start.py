@@ -11,8 +11,8 @@ import threading
 from engine import constants
 from engine._internal.ray_runtime import children, instance, monitor, shutdown, signals
 from engine._internal.ray_runtime.logs import _LOG_CLOCK
-from engine._internal.ray_runtime.node_patches import (_prompt_registration_wait,
-                                                       _without_api_server)
+from engine._internal.ray_runtime.node_patches import (prompt_registration_wait,
+                                                       without_api_server)
 from engine._internal.ray_runtime.notices import _NOT_MAIN_THREAD_NOTICE, _quiet_ray_start
 from engine._internal.ray_runtime import settings
 from engine._internal.ray_runtime.versions import written_for
@@ -106,8 +106,8 @@ def _init_ray() -> None:
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         deferred: list = []
         try:
-            with _quiet_ray_start(), _without_api_server(), \
-                    _prompt_registration_wait(frozenset(before)), \
+            with _quiet_ray_start(), without_api_server(), \
+                    prompt_registration_wait(frozenset(before)), \
                     monitor._monitor_later(deferred, monitor_delay_s):
                 # address="local": start our own instance even when `ray start` (or a
                 # test's Cluster) left /tmp/ray/ray_current_cluster behind, which
