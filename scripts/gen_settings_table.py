@@ -5,7 +5,7 @@
     python scripts/gen_settings_table.py --markdown  # print the table
 
 The table sits between ``<!-- settings:begin -->`` and ``<!-- settings:end -->``;
-``tests/unit/test_settings.py`` fails while the two disagree.
+``tests/unit/engine/test_settings.py`` fails while the two disagree.
 """
 
 from __future__ import annotations

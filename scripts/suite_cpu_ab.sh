@@ -14,7 +14,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 repo="$(git -C "$here" rev-parse --show-toplevel)"
 out="${SUITE_AB_DIR:-/tmp/suite_ab}"
 mkdir -p "$out"
-speed() { python3 "$here/tests/machine_speed.py"; }
+speed() { python3 "$here/tests/support/machine_speed.py"; }
 for commit in "$@"; do
   sha="$(git -C "$repo" rev-parse --short "$commit")"
   clone="$out/clone-$sha"

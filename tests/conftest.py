@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from tests.script_runner import PROCESS_ONCE_ENV  # noqa: E402 - needs REPO on the path
+from tests.support.script_runner import PROCESS_ONCE_ENV  # noqa: E402 - needs REPO on the path
 
 # Ray's logical CPUs are not cores: give Ray Data room beside 2 training workers.
 RAY_TEST_CPUS = 6
@@ -103,11 +103,12 @@ def pytest_runtest_teardown(item, nextitem):
 
 # Each test's start and end, with the pid of the pytest process running it, so that the
 # CPU of every process under that pid (Ray's workers and daemons, subprocesses) is
-# charged to the test it ran for: by tests/cpu_account.py in the session's own process
+# charged to the test it ran for: by tests/support/cpu_account.py in the session's own
+# process
 # (the summary's "most CPU by module"), and by scripts/cpu_by_process.py --by-test,
 # which sets the file. pytest_configure names one when nothing did.
 _TIMELINE = os.environ.get("TRAINYARD_TEST_TIMELINE")
-_cpu_account = None  # the session process's tests/cpu_account.py sampler
+_cpu_account = None  # the session process's tests/support/cpu_account.py sampler
 
 
 def pytest_configure(config):
@@ -122,7 +123,7 @@ def pytest_configure(config):
         fd, _TIMELINE = tempfile.mkstemp(prefix="trainyard-timeline-", suffix=".txt")
         os.close(fd)
         atexit.register(lambda path=_TIMELINE: os.path.exists(path) and os.remove(path))
-    from tests.cpu_account import CpuAccount
+    from tests.support.cpu_account import CpuAccount
 
     _cpu_account = CpuAccount(_TIMELINE).start()
 
@@ -153,7 +154,7 @@ def pytest_runtest_protocol(item, nextitem):
     mark("end")
 
 
-# The machine's speed when the run starts (tests/machine_speed.py): the suite is
+# The machine's speed when the run starts (tests/support/machine_speed.py): the suite is
 # CPU-bound on 2 cores, and the development VM's speed per CPU-second varied more from
 # day to day than the suite did, so its summary says what speed a run had.
 _speed_at_start: Dict[str, object] = {}
@@ -162,7 +163,7 @@ _speed_at_start: Dict[str, object] = {}
 def pytest_sessionstart(session):
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller measures
         return
-    from tests import machine_speed
+    from tests.support import machine_speed
 
     _speed_at_start.update(ms=machine_speed.reference_ms(), cpu=machine_speed.cpu_times())
 
@@ -177,22 +178,22 @@ def pytest_terminal_summary(terminalreporter):
     by_module = _cpu_account.stop() if _cpu_account is not None else {}
     costliest = sorted(by_module.items(), key=lambda kv: -kv[1])[:20]
     if costliest:
-        terminalreporter.write_sep("=", "most CPU by module (tests/cpu_account.py)")
+        terminalreporter.write_sep("=", "most CPU by module (tests/support/cpu_account.py)")
         for module, cpu in costliest:
             write(f"{cpu:8.1f} CPU-s {_module_seconds.get(module, 0.0):8.1f}s  {module}")
     if _speed_at_start:
-        from tests import machine_speed
+        from tests.support import machine_speed
 
         now = machine_speed.cpu_times()
         steal = machine_speed.steal_share(_speed_at_start["cpu"], now)
         busy = machine_speed.busy_seconds(_speed_at_start["cpu"], now)
-        terminalreporter.write_sep("=", "machine speed (tests/machine_speed.py)")
+        terminalreporter.write_sep("=", "machine speed (tests/support/machine_speed.py)")
         write(f"reference loop: {_speed_at_start['ms']:.0f} ms of CPU at the start, "
               f"{machine_speed.reference_ms():.0f} ms at the end (lower is faster)"
               + (f"; steal {100 * steal:.1f} % of the machine's CPU time"
                  if steal is not None else ""))
         if busy is not None:
-            from tests.cpu_account import BETWEEN, OUTSIDE
+            from tests.support.cpu_account import BETWEEN, OUTSIDE
 
             tests = sum(v for k, v in by_module.items() if k not in (OUTSIDE, BETWEEN))
             write(f"CPU of the run: {busy:.0f} CPU-s on the machine (/proc/stat, start to "
@@ -431,12 +432,12 @@ def _wait_http(url: str, proc, timeout: float) -> bool:
     return False
 
 
-MOTO_SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+MOTO_SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support",
                                   "moto_server.py")
 
 
 def start_s3_server(log_dir, env=None) -> S3Server:
-    """Start moto's S3 server (``tests/moto_server.py``: its conditional PUTs atomic, as
+    """Start moto's S3 server (``tests/support/moto_server.py``: its conditional PUTs atomic, as
     on S3) on a free loopback port and create the test bucket; the caller stops it."""
     import subprocess
 

@@ -1,5 +1,5 @@
 """Runs a Ray-style compat script as ``python SCRIPT`` would, in the test process
-(tests/script_runner.py): on the session's Ray and the module's warm workers
+(tests/support/script_runner.py): on the session's Ray and the module's warm workers
 (``pooled_workers``), where a process of its own would pay its interpreter, its imports
 and its job's fresh workers first. The scripts in ``OWN_RAY`` are about how a script's
 own local Ray starts, and run in their own process with none running; a script's own
@@ -14,8 +14,8 @@ from typing import List
 
 import pytest
 
-from tests.script_runner import last_line, run_in_process
-from tests.subprocess_env import REPO, driver_env
+from tests.support.script_runner import last_line, run_in_process
+from tests.support.subprocess_env import REPO, driver_env
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = sorted(p for p in HERE.glob("*.py") if not p.name.startswith(("test_", "_")))

@@ -1,4 +1,4 @@
-"""The DAGs under Airflow 3's real components (tests/airflow_harness.py): the scheduler with
+"""The DAGs under Airflow 3's real components (tests/support/airflow_harness.py): the scheduler with
 the LocalExecutor, the dag-processor, the triggerer and the api-server, started once for
 this module. Runs are triggered and read through the REST API v2; nothing here calls
 ``dag.test()`` or reads Airflow's tables.
@@ -14,14 +14,14 @@ import pytest
 
 pytest.importorskip("airflow.sdk", reason="Airflow 3 is needed: pip install 'trainyard[airflow]'")
 
-from tests.airflow_harness import AirflowCluster  # noqa: E402
+from tests.support.airflow_harness import AirflowCluster  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 PIPELINE = "digits"
 RETRAIN, BATCH = f"retrain_{PIPELINE}", f"batch_predict_{PIPELINE}"
 #: For the scheduled run, which takes the DAG's default params: digits with one grid point
-#: and two epochs (tests/airflow_pipelines.py), built by the same DAG files.
+#: and two epochs (tests/support/airflow_pipelines.py), built by the same DAG files.
 QUICK = "digits_quick"
 #: A small run: one tuning trial of one epoch, two epochs of training, one worker.
 SMALL = {"num_workers": 1, "tune_epochs": 1, "train_epochs": 2,
@@ -33,7 +33,7 @@ def airflow(tmp_path_factory, request):
     """Airflow's four components on a migrated SQLite database, the DAGs of ``digits`` and
     ``digits_quick`` parsed, no schedule yet (``TRAINYARD_RETRAIN_SCHEDULE=none``)."""
     cluster = AirflowCluster(str(tmp_path_factory.mktemp("airflow")), env={
-        "TRAINYARD_PIPELINES": f"{QUICK}=tests.airflow_pipelines:QUICK",
+        "TRAINYARD_PIPELINES": f"{QUICK}=tests.support.airflow_pipelines:QUICK",
         "TRAINYARD_AIRFLOW_PIPELINES": f"{PIPELINE},{QUICK}",
         "TRAINYARD_RETRAIN_SCHEDULE": "none"})
     try:

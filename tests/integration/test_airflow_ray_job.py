@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from tests.airflow_ray_job_driver import write_mapped_dag
+from tests.support.airflow_ray_job_driver import write_mapped_dag
 from tasks.ray_jobs import job_name
 from tests.conftest import REPO
 from tests.integration.test_airflow_dags import airflow_env, airflow_home  # noqa: F401
 from tests.integration.test_ray_job import head  # noqa: F401 - the cluster fixture
-from tests.ray_job_cluster import HEAD_MODULE_TIMEOUT_S
+from tests.support.ray_job_cluster import HEAD_MODULE_TIMEOUT_S
 
-DRIVER = os.path.join(REPO, "tests", "airflow_ray_job_driver.py")
+DRIVER = os.path.join(REPO, "tests", "support", "airflow_ray_job_driver.py")
 
 # The module's first test also waits for the cluster fixture (ray_job_cluster).
 pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)

@@ -17,7 +17,7 @@ from engine import Checkpoint, RunConfig, ScalingConfig, constants, session
 from engine.callbacks import (Callback, LoggerCallback, MLflowLoggerCallback,
                               TensorBoardLoggerCallback)
 from engine.torch import TorchTrainer
-from tests.event_files import hparams, read_events, scalars
+from tests.support.event_files import hparams, read_events, scalars
 
 # The module's fits check what training produced, not how workers start: they run on
 # warm pooled workers (tests/README.md, "How a new test pays for itself").

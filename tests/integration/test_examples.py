@@ -1,12 +1,12 @@
 """Every script in examples/ runs to completion (its own asserts check the outcome).
 
-Most scripts run in this test process (tests/script_runner.py: as ``__main__``, the
+Most scripts run in this test process (tests/support/script_runner.py: as ``__main__``, the
 script's argv, path, environment and working directory), on the session's Ray and the
 module's warm workers (``pooled_workers``): a script's own process would cost its
 interpreter, its framework's import and its job's fresh workers, about 10 CPU-s, before
 its work. Three ways stay covered in their own process: ``OWN_RAY``, the first script of
 the README, starts its own local Ray as a new user's first run does
-(tests/unit/test_ray_local_start.py covers that start in detail); ``JOINED`` is a
+(tests/unit/engine/test_ray_local_start.py covers that start in detail); ``JOINED`` is a
 script's own process joining a running Ray through ``RAY_ADDRESS``, as on a cluster;
 and a TensorFlow script runs in its own process once RLlib is loaded here (RLlib's
 first import turns TensorFlow 2 behaviour off in its process). ``RUN_ELSEWHERE`` names
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.script_runner import run_in_process
+from tests.support.script_runner import run_in_process
 
 pytestmark = pytest.mark.usefixtures("pooled_workers")
 

@@ -18,8 +18,8 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.callbacks import Callback
 from engine.torch import TorchTrainer
 from pipelines import digits
-from tests.fakes import KillWorkerOnce
-from tests.subprocess_env import driver_env
+from tests.support.fakes import KillWorkerOnce
+from tests.support.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

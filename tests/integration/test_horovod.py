@@ -18,7 +18,7 @@ from engine.callbacks import Callback
 from engine.horovod import HorovodConfig, HorovodTrainer
 from engine.horovod.config import INSTALL_COMMAND, horovod_installed, plan_slots
 from pipelines import digits
-from tests.fakes import KillWorkerOnce
+from tests.support.fakes import KillWorkerOnce
 
 # The module's fits check what training produced: they run on warm pooled workers
 # (tests/README.md, "How a new test pays for itself"); the fault tests ask for

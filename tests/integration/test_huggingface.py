@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from engine import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from engine.exceptions import ConfigError, FrameworkMismatchError
 from engine.huggingface import HuggingFaceTrainer, TransformersPredictor, TransformersTrainer
-from tests import hf_fixtures
+from tests.support import hf_fixtures
 
 # The module's fits check what training produced, not how workers start: they run on
 # warm pooled workers (tests/README.md, "How a new test pays for itself").

@@ -38,7 +38,7 @@ def cluster_runs(s3_server, tmp_path_factory):
     """Every scenario on one 2-node cluster, in a driver subprocess."""
     pytest.importorskip("torch")
     pytest.importorskip("xgboost")
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     out_dir = tmp_path_factory.mktemp("multinode")
     out, log = str(out_dir / "result.json"), str(out_dir / "driver.log")

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.conftest import _free_port
-from tests.prefect_server import prefect, prefect_server, start_worker
+from tests.support.prefect_server import prefect, prefect_server, start_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RETRAIN = "retrain/retrain-digits"

@@ -25,7 +25,7 @@ def prefect_api(tmp_path_factory):
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    from tests.prefect_server import drain_event_and_log_workers
+    from tests.support.prefect_server import drain_event_and_log_workers
 
     results = tmp_path_factory.mktemp("prefect_results")
     # An events worker left by an earlier test of this process would keep sending to
@@ -46,7 +46,7 @@ def _events_reach_the_api(timeout_s: float = 120.0) -> None:
     from prefect.events import emit_event
     from prefect.settings import PREFECT_API_URL
 
-    from tests.prefect_server import drain_event_and_log_workers
+    from tests.support.prefect_server import drain_event_and_log_workers
 
     resource = f"trainyard.test.probe.{uuid.uuid4()}"
     deadline = time.monotonic() + timeout_s
@@ -122,7 +122,7 @@ def _recorded_task_runs(flow_run_id, ready, what: str, timeout_s: float = 120.0)
     poll."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from tests.prefect_server import drain_event_and_log_workers
+    from tests.support.prefect_server import drain_event_and_log_workers
 
     drain_event_and_log_workers()
     deadline = time.monotonic() + timeout_s
@@ -606,7 +606,7 @@ def test_database_password_from_a_secret_block_never_reaches_prefect(
                                                 LogFilter, LogFilterFlowRunId)
 
     from tasks.prefect import ingest_task
-    from tests.pg_server import create_sales_table, start_postgres
+    from tests.support.pg_server import create_sales_table, start_postgres
 
     import logging
 

@@ -1,7 +1,7 @@
 """Execution mode ``ray_job`` against a real Ray cluster (``ray start --head`` with its
 dashboard and job server, its own process group), storage on a local shared path.
 
-The orchestrator's task process is a subprocess (tests/ray_job_orchestrator.py), so it
+The orchestrator's task process is a subprocess (tests/support/ray_job_orchestrator.py), so it
 can be SIGKILLed and checked for what it imported: it never starts Ray nor imports torch.
 """
 
@@ -20,9 +20,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from tests.conftest import REPO
-from tests.ray_job_cluster import HEAD_MODULE_TIMEOUT_S, RayHead
+from tests.support.ray_job_cluster import HEAD_MODULE_TIMEOUT_S, RayHead
 
-ORCHESTRATOR = os.path.join(REPO, "tests", "ray_job_orchestrator.py")
+ORCHESTRATOR = os.path.join(REPO, "tests", "support", "ray_job_orchestrator.py")
 
 # The module's first test also waits for the cluster fixture (ray_job_cluster).
 pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)
@@ -277,7 +277,7 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
     from tests.conftest import _free_port
-    from tests.prefect_server import prefect, prefect_server, start_worker
+    from tests.support.prefect_server import prefect, prefect_server, start_worker
 
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"

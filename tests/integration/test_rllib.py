@@ -23,7 +23,7 @@ from engine import (Checkpoint, FailureConfig, RunConfig, ScalingConfig,
                     WorkerGroupStartupError)
 from engine.exceptions import ConfigError, FrameworkMismatchError
 from engine.rllib import RLTrainer, load_algorithm
-from tests.subprocess_env import driver_env
+from tests.support.subprocess_env import driver_env
 
 # PPO runs are CPU-bound: reaching 150 took 207 s in a full run on 2026-11-28 and its
 # first iteration alone 270-310 s on 2026-11-29 (load average 12-20), the killed-and-

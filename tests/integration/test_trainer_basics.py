@@ -287,7 +287,7 @@ def test_local_ray_is_our_own_and_runs_workers_at_the_drivers_priority():
     import subprocess
     import sys
 
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     ray_tmp = tempfile.mkdtemp(prefix="ty", dir="/tmp")  # short: Ray's socket paths
     os.makedirs(os.path.join(ray_tmp, "ray"))
@@ -330,7 +330,7 @@ def test_local_ray_starts_without_the_api_server():
     import subprocess
     import sys
 
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     code = ("import psutil, ray\n"
             "from engine._internal.ray_runtime.start import ensure_ray\n"
@@ -376,7 +376,7 @@ def test_rays_monitor_starts_after_the_local_instance_and_reports_what_cannot_ru
     import subprocess
     import sys
 
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     seen = {}
     for delay, wait_s in (("2", "30"), ("0", "0")):
@@ -431,7 +431,7 @@ def test_ray_started_in_the_background_serves_the_fit_and_ends_with_the_script(t
     import subprocess
     import sys
 
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     script = tmp_path / "script.py"
     script.write_text(_BACKGROUND_SCRIPT)
@@ -484,7 +484,7 @@ def test_sigterm_runs_a_drivers_exit_handlers_to_the_end(tmp_path, start):
     import subprocess
     import sys
 
-    from tests.subprocess_env import driver_env, thread_dump
+    from tests.support.subprocess_env import driver_env, thread_dump
 
     script, marker = tmp_path / "script.py", tmp_path / "exit-handlers-done"
     script.write_text(_SLOW_EXIT_SCRIPT)
@@ -555,7 +555,7 @@ def test_what_the_workers_print_last_reaches_the_console_when_the_script_ends_at
     import sys
     from pathlib import Path
 
-    from tests.subprocess_env import driver_env
+    from tests.support.subprocess_env import driver_env
 
     script = tmp_path / "script.py"
     script.write_text(_LAST_WORDS_SCRIPT)

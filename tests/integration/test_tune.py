@@ -20,7 +20,7 @@ from engine.callbacks import Callback
 from engine.trainer import DataParallelTrainer
 from engine.tune import (ASHAScheduler, OptunaSearch, PopulationBasedTraining, TuneConfig,
                          Tuner, grid_search, uniform)
-from tests.subprocess_env import driver_env
+from tests.support.subprocess_env import driver_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -180,7 +180,7 @@ def test_blocks_nest_and_only_the_outermost_stops_the_workers(ray_start_4_cpus, 
 
 # --- nothing of one fit reaches the next ---------------------------------------------------
 PROBE_ENV_VAR = "WORKER_REUSE_TEST_PROBE"  # not a TRAINYARD_ setting: the test's own
-PROBE_MODULE = "tests.worker_reuse_probe"
+PROBE_MODULE = "tests.support.worker_reuse_probe"
 
 
 def _leave_state_behind(config):
@@ -191,7 +191,7 @@ def _leave_state_behind(config):
     import torch
 
     loaded = PROBE_MODULE in sys.modules
-    from tests import worker_reuse_probe as probe
+    from tests.support import worker_reuse_probe as probe
 
     seen = {"probe_loaded": loaded, "probe": probe.VALUE, "env": os.environ.get(PROBE_ENV_VAR),
             "cwd": os.getcwd(), "seed": torch.initial_seed(),

@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from tests.subprocess_env import driver_env, thread_dump
+from tests.support.subprocess_env import driver_env, thread_dump
 
 STEP = """
 import tempfile

@@ -144,7 +144,7 @@ def test_a_full_disk_keeps_the_round_that_was_waiting_for_its_commit(small_tmpfs
     from engine._internal.worker_group.backend import BackendConfig
     from engine._internal.execution.controller import Controller, RunSpec
     from engine._internal.worker_group.group import PollResult
-    from tests.fakes import FakeWorkerGroup, raised
+    from tests.support.fakes import FakeWorkerGroup, raised
 
     run_dir = os.path.join(str(small_tmpfs), "run")
     pending = {}
@@ -207,7 +207,7 @@ def test_a_disk_another_program_filled_fails_the_commit_cleanly_and_the_run_resu
     from engine._internal.worker_group.backend import BackendConfig
     from engine._internal.execution.controller import Controller, RunSpec
     from engine._internal.worker_group.group import PollResult
-    from tests.fakes import FakeWorkerGroup
+    from tests.support.fakes import FakeWorkerGroup
 
     run_dir = os.path.join(str(small_tmpfs), "run")
     ballast = os.path.join(str(small_tmpfs), "another_program.bin")

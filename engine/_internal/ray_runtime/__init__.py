@@ -8,5 +8,5 @@ exit (``shutdown``), notices kept quiet (``notices``) and the settings they read
 Each use of ``ray._private`` (or of a private attribute) asks
 :func:`versions.written_for` first: outside the Ray versions it was checked against it
 warns once and keeps Ray's own behaviour. Nothing outside this package touches
-``ray._private``; ``tests/unit/test_ray_local_start.py`` covers the guard.
+``ray._private``; ``tests/unit/engine/test_ray_local_start.py`` covers the guard.
 """

@@ -5,7 +5,7 @@ Ray object) was written against Ray 2.60 and asks :func:`written_for` first. Ins
 checked range the touch goes ahead; outside it, :func:`written_for` warns once per feature,
 naming what is skipped, and the caller takes its safe fallback (Ray's own behaviour), so
 a Ray upgrade costs a speed-up, never a broken start or exit. When a new Ray has been
-checked, widen :data:`CHECKED` (and run ``tests/unit/test_ray_local_start.py``).
+checked, widen :data:`CHECKED` (and run ``tests/unit/engine/test_ray_local_start.py``).
 """
 
 from __future__ import annotations
