@@ -8,7 +8,9 @@ strings (the predictor registry's ``"module:Class"`` entries are plugins looked 
 name). Imports of anything outside the package walked (third-party packages, and
 ``engine`` from ``tasks``) are left out.
 
-The layer rules between the top-level packages (``tasks``, ``flows``, ``dags`` …) are
+The engine's storage imports nothing of the engine above it: it is the bottom of a
+step's walk. The layer rules between the top-level packages (``tasks``, ``flows``,
+``dags`` …, a step's walk from a flow down to the engine) are
 import-linter contracts in ``pyproject.toml`` (``lint-imports``, run by ``make test``).
 """
 
@@ -181,3 +183,18 @@ def test_tasks_has_no_import_cycle():
         + ". Put what both sides need in the package below them (a registry question in "
         "tasks/registry/, a path helper in tasks/layout.py) instead of importing upwards "
         "from a function.")
+
+
+def test_storage_is_the_bottom_of_a_steps_walk():
+    # A step's parameters go down from a flow to the engine's storage (the layers
+    # contract in pyproject.toml covers flows -> tasks -> pipelines -> engine): the
+    # storage modules, public and internal, import nothing of the engine above them.
+    graph = import_graph()
+    storage = {m for m in graph
+               if m == "engine.storage" or m.startswith("engine._internal.storage")}
+    assert "engine._internal.storage.uris" in storage and len(storage) > 3, storage
+    below = storage | {"engine.constants", "engine.exceptions", "engine._internal"}
+    climbs = {m: sorted(graph[m] - below) for m in sorted(storage) if graph[m] - below}
+    assert not climbs, (
+        f"Storage modules import engine modules above them: {climbs}. Pass what storage "
+        "needs in as an argument instead.")
