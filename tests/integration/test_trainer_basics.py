@@ -352,17 +352,26 @@ import psutil, ray
 from engine._internal.ray_runtime.start import ensure_ray
 
 def monitors():
-    return [p.pid for p in psutil.Process().children(recursive=True)
-            if "autoscaler/_private/monitor.py" in " ".join(p.cmdline())]
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:  # a worker that exits meanwhile is not the monitor
+            if "autoscaler/_private/monitor.py" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
 
 ensure_ray()
-print(json.dumps(monitors()), flush=True)
+print(json.dumps([p.pid for p in monitors()]), flush=True)
 ref = ray.remote(num_gpus=1)(lambda: 1).remote()  # no GPU here: it cannot be scheduled
 deadline = time.monotonic() + 120
-while not monitors() and time.monotonic() < deadline:
+later = monitors()
+while not later and time.monotonic() < deadline:
     time.sleep(0.1)
-print(json.dumps(monitors()), flush=True)
-print(json.dumps([psutil.Process(pid).nice() for pid in monitors()]), flush=True)
+    later = monitors()
+# What the wait found is what is printed: no second reading that could differ.
+print(json.dumps([p.pid for p in later]), flush=True)
+print(json.dumps([p.nice() for p in later]), flush=True)
 ray.wait([ref], timeout=float(sys.argv[1]))  # Ray's monitor reports it meanwhile
 """
 
