@@ -104,9 +104,8 @@ def pytest_runtest_teardown(item, nextitem):
 # Each test's start and end, with the pid of the pytest process running it, so that the
 # CPU of every process under that pid (Ray's workers and daemons, subprocesses) is
 # charged to the test it ran for: by tests/support/cpu_account.py in the session's own
-# process
-# (the summary's "most CPU by module"), and by scripts/cpu_by_process.py --by-test,
-# which sets the file. pytest_configure names one when nothing did.
+# process (the summary's "most CPU by module"), and by scripts/cpu_by_process.py
+# --by-test, which sets the file. pytest_configure names one when nothing did.
 _TIMELINE = os.environ.get("TRAINYARD_TEST_TIMELINE")
 _cpu_account = None  # the session process's tests/support/cpu_account.py sampler
 
