@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("airflow.sdk", reason="Airflow 3 is needed: pip install 'trainyard[airflow]'")
 
 from tests.support.airflow_harness import AirflowCluster  # noqa: E402
+from tests.support.airflow_home import run_root  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -35,7 +36,7 @@ def airflow(tmp_path_factory, request):
     cluster = AirflowCluster(str(tmp_path_factory.mktemp("airflow")), env={
         "TRAINYARD_PIPELINES": f"{QUICK}=tests.support.airflow_pipelines:QUICK",
         "TRAINYARD_AIRFLOW_PIPELINES": f"{PIPELINE},{QUICK}",
-        "TRAINYARD_RETRAIN_SCHEDULE": "none"})
+        "TRAINYARD_RETRAIN_SCHEDULE": "none"}, shared_dir=run_root(tmp_path_factory))
     try:
         cluster.start()
         cluster.wait_dag(RETRAIN)

@@ -22,8 +22,11 @@ import time
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DAGS = os.path.join(REPO, "dags")
-PIPELINE = "digits"
+if REPO not in sys.path:  # run as the drivers' script, too
+    sys.path.insert(0, REPO)
+
+from tests.support.airflow_home import DAGS, PIPELINE, airflow_env  # noqa: E402
+
 RETRAIN, BATCH = f"retrain_{PIPELINE}", f"batch_predict_{PIPELINE}"
 ASSET_URI = f"trainyard://models/{PIPELINE}/production"
 TRAIN_EPOCHS = 4
@@ -32,39 +35,6 @@ HEAVY = ("torch", "tensorflow", "ray", "xgboost", "lightgbm", "transformers", "p
 
 
 # --- the test side ----------------------------------------------------------------------
-def deployed_bundles() -> str:
-    """The DAG bundle list of deploy/airflow/airflow.env, pointed at this checkout's dags/."""
-    key = "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST="
-    with open(os.path.join(REPO, "deploy", "airflow", "airflow.env")) as fh:
-        line = next(line for line in fh if line.startswith(key))
-    bundles = json.loads(line[len(key):])
-    for bundle in bundles:
-        bundle["kwargs"]["path"] = DAGS
-    return json.dumps(bundles)
-
-
-def airflow_env(home: str) -> dict:
-    """The environment of an Airflow subprocess: its own home and SQLite database, dags/
-    as the DAG bundle deploy/airflow/airflow.env configures, no example DAGs, 1 s between
-    task retries, a local Ray."""
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env.pop("AIRFLOW__CORE__DAGS_FOLDER", None)
-    env.update({
-        "AIRFLOW_HOME": home,
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{os.path.join(home, 'airflow.db')}",
-        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": deployed_bundles(),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
-        "TRAINYARD_AIRFLOW_PIPELINES": PIPELINE,
-        "TRAINYARD_RAY_NUM_CPUS": "4",
-        "RAY_DEDUP_LOGS": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")] if p),
-    })
-    return env
-
-
 def run_driver(scenario: str, home: str, out_dir: str, timeout: float, *args: str,
                extra_env: dict = None) -> dict:
     out = os.path.join(out_dir, f"{scenario}.json")
@@ -78,20 +48,6 @@ def run_driver(scenario: str, home: str, out_dir: str, timeout: float, *args: st
         pytest.fail(f"Airflow driver {scenario!r} exited {proc.returncode}; log {log}:\n{tail}")
     with open(out) as fh:
         return json.load(fh)
-
-
-@pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory):
-    """An AIRFLOW_HOME with a migrated SQLite metadata database."""
-    pytest.importorskip("airflow.sdk", reason="Airflow 3 is needed: pip install "
-                                              "'trainyard[airflow]'")
-    home = str(tmp_path_factory.mktemp("airflow_home"))
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"],
-                          env=airflow_env(home), cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert os.path.exists(os.path.join(home, "airflow.db"))
-    return home
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import pytest
 from tests.support.airflow_ray_job_driver import write_mapped_dag
 from tasks.ray_jobs import job_name
 from tests.conftest import REPO
-from tests.integration.test_airflow_dags import airflow_env, airflow_home  # noqa: F401
-from tests.integration.test_ray_job import head  # noqa: F401 - the cluster fixture
+from tests.support.airflow_home import airflow_env
 from tests.support.ray_job_cluster import HEAD_MODULE_TIMEOUT_S
 
 DRIVER = os.path.join(REPO, "tests", "support", "airflow_ray_job_driver.py")
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
-def ray_job_dag_runs(airflow_home, head, tmp_path_factory):  # noqa: F811
+def ray_job_dag_runs(airflow_home, head, tmp_path_factory):
     storage = str(tmp_path_factory.mktemp("airflow_ray_job_storage"))
     out_dir = tmp_path_factory.mktemp("airflow_ray_job_out")
     out, log = str(out_dir / "out.json"), str(out_dir / "driver.log")

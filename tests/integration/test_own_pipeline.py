@@ -142,16 +142,13 @@ def test_the_prefect_flow_retrains_promotes_and_scores(own_package, work):
     assert len(reports) == 1 and reports[0].startswith(f"{TORCH}-")
 
 
-def test_the_shipped_retrain_dag_runs_green(own_package, work, tmp_path):
-    from tests.integration.test_airflow_dags import airflow_env
+def test_the_shipped_retrain_dag_runs_green(own_package, work, tmp_path, tmp_path_factory):
+    from tests.support.airflow_home import airflow_env, migrated_home, run_root
 
-    home = str(tmp_path / "airflow_home")
+    home = migrated_home(str(tmp_path / "airflow_home"), run_root(tmp_path_factory))
     env = {**airflow_env(home), **{k: v for k, v in user_env(work).items()
                                    if k.startswith(("TRAINYARD", "RAY"))}}
     env.pop("TRAINYARD_AIRFLOW_PIPELINES", None)  # the DAG list comes from discovery
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env,
-                          cwd=work, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     storage, out = str(tmp_path / "storage"), str(tmp_path / "airflow.json")
     with open(tmp_path / "airflow.log", "wb") as log:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "airflow", out,

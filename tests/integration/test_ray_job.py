@@ -20,26 +20,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from tests.conftest import REPO
-from tests.support.ray_job_cluster import HEAD_MODULE_TIMEOUT_S, RayHead
+from tests.support.ray_job_cluster import HEAD_MODULE_TIMEOUT_S
 
 ORCHESTRATOR = os.path.join(REPO, "tests", "support", "ray_job_orchestrator.py")
 
 # The module's first test also waits for the cluster fixture (ray_job_cluster).
 pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)
-VENV_BIN = os.path.dirname(sys.executable)
-
-
-@pytest.fixture(scope="module")
-def head():
-    """The cluster, with this venv's python first on its PATH (as an image that has
-    trainyard installed would have)."""
-    cluster = RayHead(num_cpus=4, env={
-        "PATH": os.pathsep.join([VENV_BIN, os.environ.get("PATH", "")]),
-        "TRAINYARD_RAY_NUM_CPUS": "4"})
-    try:
-        yield cluster.wait_ready()
-    finally:
-        cluster.stop()
 
 
 def _env(head, storage: str, mode: str = "ray_job", **extra: str) -> dict:

@@ -1,6 +1,6 @@
 """Airflow 3 under its own components, for tests: ``airflow scheduler``, ``airflow
 dag-processor``, ``airflow triggerer`` and ``airflow api-server`` with the LocalExecutor on a
-SQLite metadata database (``airflow db migrate`` first) in a temporary ``AIRFLOW_HOME``, the
+SQLite metadata database (a copy of the run's migrated one) in a temporary ``AIRFLOW_HOME``, the
 project's ``dags/`` as the DAGs folder, a Ray head the tasks join (``RAY_ADDRESS``) and a
 local HTTP server as the notifiers' webhook (connection ``trainyard_webhook``).
 
@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional
 
 import requests
+
+from tests.support.airflow_home import migrated_home
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAGS = os.path.join(REPO, "dags")
@@ -111,8 +113,11 @@ def _api_session() -> requests.Session:
 class AirflowCluster:
     """Airflow's four components and a Ray head; ``api(...)`` calls the REST API v2."""
 
-    def __init__(self, root: str, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, root: str, env: Optional[Dict[str, str]] = None,
+                 shared_dir: Optional[str] = None) -> None:
         self.root = root
+        # Where the run's migrated database template is (tests/support/airflow_home.py).
+        self.shared_dir = shared_dir or root
         self.home = os.path.join(root, "airflow_home")
         self.logs = os.path.join(root, "process_logs")
         self.storage = os.path.join(root, "storage")
@@ -179,19 +184,14 @@ class AirflowCluster:
 
     # --- processes ----------------------------------------------------------------------
     def start(self, timeout: float = 420) -> None:
-        """Ray head, ``airflow db migrate``, then the four components; returns once the
+        """Ray head, a migrated database, then the four components; returns once the
         health endpoint reports every component healthy."""
         # The SimpleAuthManager's user and its password (it generates none for a user
         # that has one in this file).
         with open(os.path.join(self.home, "passwords.json"), "w") as fh:
             json.dump({USER: self.password}, fh)
         self._start_ray()
-        migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"],
-                                 env=self.env(), cwd=self.root, capture_output=True,
-                                 text=True, timeout=timeout)
-        if migrate.returncode != 0:
-            raise RuntimeError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n"
-                               f"{migrate.stderr[-3000:]}")
+        migrated_home(self.home, self.shared_dir)
         for name in COMPONENTS:
             self.start_component(name)
         self.wait_for(self._healthy, timeout, "every Airflow component healthy")

@@ -18,6 +18,8 @@ import time
 import urllib.request
 from typing import Dict, Optional
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
@@ -167,3 +169,17 @@ def _group_alive(pgid: int) -> bool:
     out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True,
                          text=True).stdout.split()
     return any(not s.startswith("Z") for s in out)
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head for the module, with this venv's python first on its PATH (as an image
+    that has trainyard installed would have). Registered for every module by
+    tests/conftest.py (``pytest_plugins``)."""
+    cluster = RayHead(num_cpus=4, env={
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+        "TRAINYARD_RAY_NUM_CPUS": "4"})
+    try:
+        yield cluster.wait_ready()
+    finally:
+        cluster.stop()

@@ -198,3 +198,13 @@ def test_storage_is_the_bottom_of_a_steps_walk():
     assert not climbs, (
         f"Storage modules import engine modules above them: {climbs}. Pass what storage "
         "needs in as an argument instead.")
+
+
+def test_no_test_module_imports_another():
+    """What two test modules share (helpers, fixtures) lives in tests/support: a test
+    module imported by another runs its module-level code, and its fixtures, twice."""
+    graph = import_graph("tests")
+    leaf = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
+    shared = sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                    if leaf(d).startswith("test_"))
+    assert shared == [], shared
