@@ -10,15 +10,14 @@ report, so that a final report is never paused) is taken by the pause itself.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from engine._internal.execution import trial as _trial
 from engine._internal.execution.controller import TrialAction, TrialDecision
 from engine.tune._restore import PAUSED
 from engine.tune.schedulers import Exploit, TrialScheduler
+from engine.tune._loop_view import LoopView, RunView
 
-if TYPE_CHECKING:  # the loop imports this module
-    from engine.tune._loop import TrialLoop, TrialRun
 
 logger = logging.getLogger("engine")
 
@@ -26,7 +25,7 @@ logger = logging.getLogger("engine")
 class PausedTrials:
     """The loop's scheduler decisions about paused trials, by trial id."""
 
-    def __init__(self, loop: "TrialLoop") -> None:
+    def __init__(self, loop: LoopView) -> None:
         self.loop = loop
         self.decisions: Dict[str, Any] = {}
 
@@ -34,7 +33,7 @@ class PausedTrials:
         """Collect the scheduler's new decisions (call under the loop's lock)."""
         self.decisions.update(self.loop.scheduler.pop_paused_decisions())
 
-    def on_pause_due(self, run: "TrialRun", metrics: Dict[str, Any]
+    def on_pause_due(self, run: RunView, metrics: Dict[str, Any]
                      ) -> Optional[TrialDecision]:
         """The trial reported after the round the scheduler paused it at: pause it now,
         unless the scheduler decided about it meanwhile."""
@@ -51,7 +50,7 @@ class PausedTrials:
             return TrialDecision(TrialAction.STOP)
         return None  # resumed before it paused: it goes on
 
-    def waiting(self) -> List["TrialRun"]:
+    def waiting(self) -> List[RunView]:
         loop = self.loop
         return [r for r in loop.runs if r.trial.status == PAUSED and r.paused
                 and r not in loop._pending and r not in loop._running]
@@ -85,7 +84,7 @@ class PausedTrials:
         for run in waiting:
             self._resume(run)
 
-    def _apply(self, run: "TrialRun", decision: Any) -> None:
+    def _apply(self, run: RunView, decision: Any) -> None:
         if decision == TrialScheduler.STOP:
             run.paused = False
             assert run.result is not None
@@ -97,7 +96,7 @@ class PausedTrials:
         else:
             self._resume(run)
 
-    def _resume(self, run: "TrialRun", exploit: Optional[Exploit] = None) -> None:
+    def _resume(self, run: RunView, exploit: Optional[Exploit] = None) -> None:
         spec = self.loop.spec_of(run)
         if exploit is not None:
             metrics = dict(run.trial.last_result or {})

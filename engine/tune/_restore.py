@@ -7,7 +7,7 @@ committed checkpoint; ``restart_errored`` trials start over from nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from engine import constants
 from engine._internal.execution import trial as _trial
@@ -16,14 +16,13 @@ from engine._internal.run_state.record import RunRecord
 from engine._internal.storage import filesystem as _storage
 from engine.exceptions import TrainingFailedError
 from engine.result import Result
+from engine.tune._loop_view import LoopView, RunView
 
-if TYPE_CHECKING:  # the loop imports this module
-    from engine.tune._loop import TrialLoop, TrialRun
 
 PAUSED = "PAUSED"
 
 
-def restore_trials(loop: "TrialLoop", trials: List[Dict[str, Any]], *,
+def restore_trials(loop: LoopView, trials: List[Dict[str, Any]], *,
                    resume_unfinished: bool, resume_errored: bool,
                    restart_errored: bool) -> None:
     """Rebuild ``loop``'s runs from the saved ``trials`` and queue those that go on."""
@@ -50,14 +49,14 @@ def restore_trials(loop: "TrialLoop", trials: List[Dict[str, Any]], *,
             loop.requeue(run)
 
 
-def record_state(run: "TrialRun") -> Optional[str]:
+def record_state(run: RunView) -> Optional[str]:
     """The state in the trial's run record, None when it never started."""
     st = run.trial.storage
     data = st.read_json(_storage.join(st.root, constants.RUN_STATE_FILE))
     return None if data is None else data.get("state")
 
 
-def stored_result(loop: "TrialLoop", run: "TrialRun",
+def stored_result(loop: LoopView, run: RunView,
                   error: Optional[BaseException]) -> Result:
     """The Result a trial's run record holds, without running anything."""
     spec = loop.spec_of(run)

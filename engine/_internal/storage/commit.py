@@ -25,19 +25,36 @@ from __future__ import annotations
 import errno
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional, Protocol
 
 from engine import constants
 from engine._internal.storage.paths import join
 
-if TYPE_CHECKING:
-    from engine._internal.storage.filesystem import Storage
+
+class CommitStore(Protocol):
+    """What a commit uses of ``engine._internal.storage.filesystem.Storage``, which
+    imports this module (so this one names it by its shape: no import cycle)."""
+
+    @property
+    def local(self) -> bool: ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def write_json_atomic(self, path: str, obj: Any) -> None: ...
+
+    def move(self, src: str, dst: str) -> None: ...
+
+    def delete_dir(self, path: str) -> None: ...
+
+    def _delete_commit_marker(self, path: str) -> None: ...
+
+    def fsync_dir(self, path: str) -> None: ...
 
 # A rename onto a directory that is not empty fails with one of these.
 _DEST_TAKEN = (errno.ENOTEMPTY, errno.EEXIST)
 
 
-def read_commit_marker(st: "Storage", directory: str) -> Optional[Dict[str, Any]]:
+def read_commit_marker(st: CommitStore, directory: str) -> Optional[Dict[str, Any]]:
     """The commit marker of ``directory``, or None when it is not committed."""
     try:
         data = st.read_bytes(join(directory, constants.COMMIT_MARKER))
@@ -46,12 +63,12 @@ def read_commit_marker(st: "Storage", directory: str) -> Optional[Dict[str, Any]
     return json.loads(data.decode("utf-8"))
 
 
-def write_commit_marker(st: "Storage", directory: str, marker: Dict[str, Any]) -> None:
+def write_commit_marker(st: CommitStore, directory: str, marker: Dict[str, Any]) -> None:
     """Commit ``directory`` as it is now, by writing its marker atomically."""
     st.write_json_atomic(join(directory, constants.COMMIT_MARKER), marker)
 
 
-def commit_dir(st: "Storage", staging: str, dest: str, marker: Dict[str, Any],
+def commit_dir(st: CommitStore, staging: str, dest: str, marker: Dict[str, Any],
                replace: bool = False) -> Dict[str, Any]:
     """Make the staged directory ``staging`` the committed directory ``dest``.
 
@@ -76,7 +93,7 @@ def commit_dir(st: "Storage", staging: str, dest: str, marker: Dict[str, Any],
     return _rename_into_place(st, staging, dest, marker, replace)
 
 
-def _rename_into_place(st: "Storage", staging: str, dest: str, marker: Dict[str, Any],
+def _rename_into_place(st: CommitStore, staging: str, dest: str, marker: Dict[str, Any],
                        replace: bool) -> Dict[str, Any]:
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)

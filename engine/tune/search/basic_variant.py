@@ -7,7 +7,7 @@ import random
 from typing import Any, Dict, List, Optional
 
 from engine.tune.search.searcher import Searcher
-from engine.tune.search.variant_generator import grid_combinations, resolve
+from engine.tune.search.variant_generator import Path, grid_combinations, resolve
 
 
 # --- searchers -------------------------------------------------------------------------
