@@ -18,8 +18,8 @@ if REPO not in sys.path:
 
 from tests.support.script_runner import PROCESS_ONCE_ENV  # noqa: E402 - needs REPO on the path
 
-# Fixtures that modules of more than one package take (an Airflow home with a migrated
-# database, a Ray head with its job server): defined beside their helpers.
+# Fixtures that more than one test module takes (an Airflow home with a migrated
+# database, a Ray head with its job server), defined beside their helpers.
 pytest_plugins = ("tests.support.airflow_home", "tests.support.ray_job_cluster")
 
 # Ray's logical CPUs are not cores: give Ray Data room beside 2 training workers.

@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional
 
 from engine._internal.execution import trial as _trial
 from engine._internal.execution.controller import TrialAction, TrialDecision
+from engine.tune._loop_view import LoopView, RunView
 from engine.tune._restore import PAUSED
 from engine.tune.schedulers import Exploit, TrialScheduler
-from engine.tune._loop_view import LoopView, RunView
 
 
 logger = logging.getLogger("engine")

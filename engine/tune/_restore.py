@@ -18,7 +18,6 @@ from engine.exceptions import TrainingFailedError
 from engine.result import Result
 from engine.tune._loop_view import LoopView, RunView
 
-
 PAUSED = "PAUSED"
 
 
