@@ -128,3 +128,37 @@ class RunInProgressError(TrainyardError):
 
     def __reduce__(self):  # crosses processes (Ray, orchestrator results): keep the fields
         return (type(self), (self.args[0], self.owner, self.expires_at, self.run_name))
+
+
+class RunOwnershipLostError(TrainyardError):
+    """This driver lost the run's lease to another driver (it stalled or was cut off
+    from storage for longer than the lease), so it stopped before writing anything more
+    to the run: no checkpoint, no run record. ``.owner`` (host, pid, orchestrator run id
+    …) names the driver that owns the run now, when it could be read. Not retried: the
+    run goes on under its new owner."""
+
+    def __init__(self, message: str, owner: Optional[dict] = None,
+                 run_name: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.owner = dict(owner or {})
+        self.run_name = run_name
+
+    def __reduce__(self):  # crosses processes (Ray, orchestrator results): keep the fields
+        return (type(self), (self.args[0], self.owner, self.run_name))
+
+
+class RunConfigMismatchError(ConfigError):
+    """``fit()`` named an existing run (``RunConfig(name=...)``) but gives it another
+    training config, scaling or datasets than the run was trained with: refused before
+    anything ran or was written. ``.differences`` lists them (``key: stored X, given
+    Y``). Use a new run name, or ``Trainer.restore(path)`` to go on with the stored
+    run."""
+
+    def __init__(self, message: str, differences: Optional[list] = None,
+                 run_name: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.differences = list(differences or [])
+        self.run_name = run_name
+
+    def __reduce__(self):  # crosses processes (Ray, orchestrator results): keep the fields
+        return (type(self), (self.args[0], self.differences, self.run_name))

@@ -6,6 +6,7 @@ import logging
 from typing import Any, Callable, Dict, Optional
 
 from engine._internal.execution.controller import Controller, RunSpec
+from engine._internal.run_state.identity import dataset_identity
 from engine._internal.worker_group.backend import BackendConfig
 from engine.checkpoint import Checkpoint
 from engine.config import DataConfig, RunConfig, ScalingConfig, check_no_search_space
@@ -211,6 +212,10 @@ class DataParallelTrainer(BaseTrainer):
         # The controller saves it into each committed checkpoint (engine.preprocessors.save_preprocessor).
         spec.preprocessor = self.preprocessor
         spec.model_card = self._model_card()
+        spec.dataset_identity = dataset_identity(self.datasets or {})
+        if spec.model_card.get("data_fingerprint"):
+            spec.dataset_identity["data_fingerprint"] = str(spec.model_card["data_fingerprint"])
+        spec.continues_stored_run = bool(getattr(self, "_continues_stored_run", False))
         return spec
 
     #: Written into model cards; framework trainers override it ("torch", "xgboost" …).

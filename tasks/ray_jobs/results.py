@@ -68,7 +68,9 @@ def _error_class(kind: str) -> type:
     known = {c.__name__: c for c in (ConfigError, RefError, UnknownPipelineError,
                                      exceptions.StorageError, exceptions.CheckpointError,
                                      exceptions.TrainingFailedError,
-                                     exceptions.RunInProgressError)}
+                                     exceptions.RunInProgressError,
+                                     exceptions.RunConfigMismatchError,
+                                     exceptions.RunOwnershipLostError)}
     known["TaskError"] = JobFailedError  # tasks.TaskError: a failed step, retried
     return known.get(kind, JobFailedError)
 

@@ -271,7 +271,9 @@ def test_interrupted_commit_resumes_from_previous_checkpoint(ray_start_4_cpus, s
             seen.append(metrics["i"])
 
     rc2 = RunConfig(name="torn", storage_path=storage_path, callbacks=[FirstReport()])
-    result = TorchTrainer(_counting_func, train_loop_config={"n": 3},
+    # The same config (a run is its config); rank 1 does not die again, its marker is
+    # there.
+    result = TorchTrainer(_counting_func, train_loop_config=cfg,
                           scaling_config=ScalingConfig(num_workers=2), run_config=rc2).fit()
     assert seen == [2]  # resumed after checkpoint i=1, not from the torn i=99
     assert result.checkpoint.to_dict() == {"i": 2}

@@ -146,6 +146,65 @@ def test_refit_of_finished_run_returns_its_result(ray_start_4_cpus, storage_path
     assert second.checkpoint.to_dict() == {"v": 7}
 
 
+def _run_files(path: str) -> dict:
+    """The run directory's files and their bytes, but the lease's (taken and released
+    by every fit that names the run)."""
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            if "/.lease" not in full:
+                with open(full, "rb") as fh:
+                    out[os.path.relpath(full, path)] = fh.read()
+    return out
+
+
+def test_a_run_name_is_its_config(ray_start_4_cpus, storage_path):
+    """The same run name with another training config, scaling or datasets is refused
+    before anything runs or is written, naming what differs and the ways on; the same
+    config returns the stored result, labelled with the config that trained it."""
+    import pandas as pd
+
+    from engine.exceptions import RunConfigMismatchError
+    from engine.trainer import DataParallelTrainer
+
+    def f(config):
+        engine.report({"lr": config["lr"]},
+                      checkpoint=engine.Checkpoint.from_dict({"lr": config["lr"]}))
+
+    def trainer(config, workers=1, **kwargs):
+        return DataParallelTrainer(
+            f, train_loop_config=config, scaling_config=ScalingConfig(num_workers=workers),
+            run_config=RunConfig(name="same", storage_path=storage_path, verbose=0),
+            **kwargs)
+
+    first = trainer({"lr": 0.1}).fit()
+    before = _run_files(first.path)
+    for given, expected in [
+            (trainer({"lr": 0.5}), ["train_loop_config.lr: stored 0.1, given 0.5"]),
+            (trainer({"lr": 0.1, "epochs": 20}),
+             ["train_loop_config.epochs: not stored, given 20"]),
+            (trainer({"lr": 0.1}, workers=2), ["scaling_config.num_workers: stored 1, given 2"]),
+            (trainer({"lr": 0.1}, datasets={"train": pd.DataFrame({"x": [1, 2]})}),
+             ["datasets.train: not stored, given \"DataFrame 2x1 "])]:
+        with pytest.raises(RunConfigMismatchError) as info:
+            given.fit()
+        assert len(info.value.differences) == 1, info.value.differences
+        assert info.value.differences[0].startswith(expected[0]), info.value.differences
+        message = str(info.value)
+        assert expected[0] in message and "RunConfig(name=...)" in message
+        assert f"DataParallelTrainer.restore({first.path!r}).fit()" in message
+        assert _run_files(first.path) == before  # nothing ran, nothing was written
+    # The same config: the stored result, as before.
+    again = trainer({"lr": 0.1}).fit()
+    assert again.config == {"lr": 0.1} and again.checkpoint == first.checkpoint
+    # The explicit way on with the stored run, even when given another config (Ray's
+    # restore takes one): the finished run's result says what trained its checkpoint.
+    restored = DataParallelTrainer.restore(first.path, train_loop_config={"lr": 0.5}).fit()
+    assert restored.config == {"lr": 0.1} and restored.metrics["lr"] == 0.1
+    assert restored.checkpoint.to_dict() == {"lr": 0.1}
+
+
 def test_too_many_workers_fails_fast_with_advice(ray_start_4_cpus, storage_path):
     def f():
         engine.report({})

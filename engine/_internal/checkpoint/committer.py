@@ -59,6 +59,9 @@ class CheckpointCommitter:
         self.spec = spec
         self.name = name
         self.manager = CheckpointManager(spec.run_config.checkpoint_config)
+        # The driver whose lease the commits are made under (its id, host and pid),
+        # kept in each commit marker.
+        self.written_by: Dict[str, Any] = {}
 
     # --- state -------------------------------------------------------------------------
     def recover(self) -> None:
@@ -144,6 +147,8 @@ class CheckpointCommitter:
         self.record.save(self.manager)
         marker = {"index": index, "iteration": iteration, "metrics": metrics,
                   "files": files, "committed_at": time.time()}
+        if self.written_by:
+            marker["written_by"] = self.written_by
         st.write_json_atomic(_storage.join(dest, constants.COMMIT_MARKER), marker)
         return dropped
 

@@ -28,6 +28,7 @@ from engine._internal.execution.stopping import stop_hook
 from engine._internal.execution.training_start import dataset_shards, plan_data, session_args
 from engine._internal.execution.trial import Trial
 from engine._internal.run_state import timeline
+from engine._internal.run_state.identity import check_same_run, jsonable
 from engine._internal.run_state.lease import RunLease
 from engine._internal.run_state.record import RunRecord
 from engine._internal.run_state.spec import RunSpec, TrialAction, TrialDecision
@@ -126,6 +127,7 @@ class Controller:
         finally:
             if self._lease is not None:
                 self._lease.release()
+                self.storage.fence_with(None)
 
     def _run(self) -> Result:
         try:
@@ -143,6 +145,10 @@ class Controller:
         return result
 
     def _step(self) -> RunState:
+        if self._lease is not None and self._lease.lost:
+            # The lease's renewal found another driver owning the run: stop now, even
+            # between writes (each write checks the lease itself too).
+            raise self._lease.lost_error()
         handler = {
             RunState.INITIALIZING: self._initialize,
             RunState.SCHEDULING: self._schedule,
@@ -157,9 +163,24 @@ class Controller:
         # One owner per run: RunInProgressError, writing nothing, while another driver's
         # lease is live; taken before the record is read or written.
         self._lease = RunLease(self.storage, self.name).acquire()
+        # Every write to the run directory from here on is fenced by the lease: once
+        # another driver owns the run, the next one raises RunOwnershipLostError.
+        self.storage.fence_with(self._lease.check)
+        self.checkpoints.written_by = {k: self._lease.owner.get(k)
+                                       for k in ("id", "host", "pid")}
         self.record.load()
+        # A run is its config: the same name with another config is refused here,
+        # before anything is run or written (RunConfigMismatchError).
+        check_same_run(self.record.data.get("identity"), self.spec, self.name,
+                       self.storage.display(), self.spec.trainer_name)
         if self.record.state == RunState.FINISHED.value:
             logger.info("Run %s already finished; returning its result.", self.name)
+            stored = self.record.data.get("config")
+            if stored is not None and not self.spec.trial_info \
+                    and jsonable(self.spec.train_loop_config or {}) != jsonable(stored):
+                # Trainer.restore with another config given: the Result says what
+                # trained its checkpoint, the stored one.
+                self.spec.train_loop_config = stored
             self.checkpoints.load()
             self._finished_result = self._result(done=True)
             return RunState.FINISHED

@@ -110,6 +110,7 @@ def restore_trainer(cls: type, path: str, datasets: Optional[Dict[str, Any]],
         if value is not None:
             setattr(trainer, key, value)
     _restore_datasets(trainer, datasets, path)
+    trainer._continues_stored_run = True  # the explicit way on with the stored run
     parent, _, name = storage.root.rstrip("/").rpartition("/")
     trainer.run_config = dataclasses.replace(
         trainer.run_config, name=name, storage_path=storage.display(parent or "/"),

@@ -24,6 +24,18 @@ expired one) cannot both win:
 * other object stores (GCS, HDFS): a plain read-then-write, with a warning that it is
   not atomic.
 
+Every write of the owner to the run directory is fenced by the lease
+(:meth:`RunLease.check`, installed with ``Storage.fence_with``): it goes ahead only
+while the lease was confirmed less than half its length ago (no other driver can take
+an unexpired lease), and otherwise first confirms it with the backend's conditional
+renewal (a newer generation file, or an ``If-Match`` PUT that fails with 412). A driver
+that lost its lease (stopped, or cut off from the storage, for longer than the lease
+while another driver took the run over) so writes no checkpoint and no record after the
+new owner's first: it raises :class:`~engine.exceptions.RunOwnershipLostError`, naming
+the new owner, at its next write or within one renewal period, whichever comes first.
+The storage retries of a write check the fence before every attempt, so an outage
+longer than the lease cannot carry an old write over a take-over either.
+
 Expiry compares wall clocks of the hosts involved: keep them in sync (NTP), and keep
 ``TRAINYARD_RUN_LEASE_S`` well above any clock skew and storage stall.
 """
@@ -42,7 +54,7 @@ from typing import Any, Dict, Optional, Tuple
 from engine import constants
 from engine._internal.storage.filesystem import Storage, join
 from engine._internal.storage.s3 import client_error, client_for
-from engine.exceptions import RunInProgressError
+from engine.exceptions import RunInProgressError, RunOwnershipLostError
 
 logger = logging.getLogger("engine")
 
@@ -56,8 +68,21 @@ _PREFECT_FLOW_RUN_VAR = "PREFECT__FLOW_RUN_ID"
 LEASE_DIR = ".lease"          # file systems: one file per generation
 LEASE_OBJECT = ".run_lease.json"  # S3: one object, written conditionally
 _TAKE_ATTEMPTS = 3
+# A write goes ahead without asking the storage while the lease was confirmed less than
+# this share of its length ago; past it, the lease is renewed (conditionally) first.
+_FRESH_SHARE = 0.5
+# A renewal that failed for a storage error (not a take-over) still lets a write go
+# ahead while the lease was confirmed less than this share of its length ago.
+_UNSURE_SHARE = 0.9
 
 Doc = Dict[str, Any]
+
+
+def _clock() -> float:
+    """Seconds on a clock that runs on while the process is stopped (SIGSTOP) or the
+    machine suspended, as the wall clocks that judge a lease's expiry do."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 
 
 def lease_seconds() -> float:
@@ -325,12 +350,16 @@ class RunLease:
     """
 
     def __init__(self, storage: Storage, name: str, ttl_s: Optional[float] = None) -> None:
-        self.storage = storage
+        # Its own Storage object: the run's is fenced by this lease (``check``), and a
+        # lease backend writing through it would check itself.
+        self.storage = Storage(storage.fs, storage.root)
         self.name = name
         self.ttl_s = lease_seconds() if ttl_s is None else float(ttl_s)
         self.owner: Dict[str, Any] = {}
         self.previous: Optional[Doc] = None  # the expired lease taken over, if any
         self.lost = False
+        self._lost_error: Optional[RunOwnershipLostError] = None
+        self._confirmed_at = 0.0  # _clock() when the lease was last taken or renewed
         self._backend: Any = None
         self._token: Any = None
         self._doc: Doc = {}
@@ -361,9 +390,11 @@ class RunLease:
                 if dead is None:
                     raise self._in_progress(doc, now)
             mine = self._new_doc(now)
+            asked = _clock()
             taken = self._backend.create(mine, after=token)
             if taken is not None:
                 self._token, self._doc, self.owner = taken, mine, mine["owner"]
+                self._confirmed_at = asked
                 self.previous = doc if doc and not doc.get("released_at") else None
                 if self.previous is not None:
                     why = dead or "its lease expired without release"
@@ -418,17 +449,71 @@ class RunLease:
         with self._lock:
             if not self.held:
                 return False
-            now = time.time()
+            now, asked = time.time(), _clock()
             doc = dict(self._doc, heartbeat_at=now, expires_at=now + self.ttl_s)
             token = self._backend.renew(doc, self._token)
             if token is None:
                 self.lost = True
                 logger.error("Run %s: another driver took its lease over (this driver "
-                             "did not renew it for %.0f s); this driver's results of the "
-                             "run may be overwritten.", self.name, self.ttl_s)
+                             "did not renew it for %.0f s); this driver writes nothing "
+                             "more to the run and stops.", self.name, self.ttl_s)
                 return False
-            self._token, self._doc = token, doc
+            self._token, self._doc, self._confirmed_at = token, doc, asked
             return True
+
+    # --- the fence ----------------------------------------------------------------------
+    def check(self) -> None:
+        """Return if this driver may write to the run now; raise otherwise.
+
+        Called before every write to the run directory (``Storage.fence_with``) and by
+        the controller's loop. No storage access while the lease was confirmed less
+        than half its length ago; otherwise it is renewed first.
+
+        Raises:
+            RunOwnershipLostError: another driver owns the run now.
+            ConnectionError: the lease could not be confirmed (the storage does not
+                answer) and may have expired: a transient error, so a retried write
+                tries again, checking again, for as long as its retry budget allows.
+        """
+        if self.lost:
+            raise self.lost_error()
+        if self._token is None:
+            return  # not taken (yet), or released after the run's last write
+        if _clock() - self._confirmed_at < self.ttl_s * _FRESH_SHARE:
+            return
+        try:
+            self.renew()
+        except Exception as exc:  # noqa: BLE001 - the storage's errors, re-raised below
+            if _clock() - self._confirmed_at < self.ttl_s * _UNSURE_SHARE:
+                return  # not confirmed, but no other driver can have taken it yet
+            raise ConnectionError(
+                f"Run {self.name}: could not confirm that this driver still owns the run "
+                f"before writing to it ({type(exc).__name__}: {exc}).") from exc
+        if self.lost:
+            raise self.lost_error()
+
+    def lost_error(self) -> RunOwnershipLostError:
+        """The error of a lost lease, naming the driver that owns the run now (read
+        once; ``.owner`` is empty when it could not be read)."""
+        if self._lost_error is None:
+            try:
+                doc, _token = self._backend.read()
+            except Exception:  # noqa: BLE001 - the message says "another driver"
+                doc = None
+            owner = dict((doc or {}).get("owner") or {})
+            if owner.get("id") == self.owner.get("id"):
+                owner = {}
+            who = describe_owner(owner) if owner else "another driver"
+            self._lost_error = RunOwnershipLostError(
+                f"Run {self.name!r} ({self.storage.display()}) now belongs to {who}: this "
+                f"driver did not renew its lease for more than {self.ttl_s:.0f} s (its "
+                "process was stopped, or cut off from the storage) and that driver took "
+                "the run over. This driver stopped its workers and wrote nothing more to "
+                "the run (no checkpoint, no run record); the run goes on under its new "
+                "owner, so do not retry this one: wait for that run, or read its result. "
+                f"If drivers stall this long in normal operation, raise {LEASE_S_ENV_VAR}.",
+                owner=owner, run_name=self.name)
+        return self._lost_error
 
     def release(self) -> None:
         """Stop renewing and mark the lease released, so the next driver need not wait

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
 
 from engine import constants
 from engine._internal.checkpoint.manager import CheckpointManager, TrackedCheckpoint
+from engine._internal.run_state.identity import run_identity
 from engine._internal.storage.filesystem import Storage, join, scrub
 from engine.checkpoint import Checkpoint
 from engine.config import CheckpointConfig
@@ -99,7 +100,8 @@ class RunRecord:
     def begin(self, spec: Any) -> None:
         self._config_json = _jsonable(spec.train_loop_config or {})
         self.data.update(state="RUNNING", trainer=spec.trainer_name,
-                         config=self._config_json, started_at=time.time())
+                         config=self._config_json, started_at=time.time(),
+                         identity=run_identity(spec))
         info = getattr(spec, "trial_info", None) or {}  # a Tuner's ids and tag
         for key in ("trial_id", "experiment_id", "experiment_tag"):
             if info.get(key) is not None:

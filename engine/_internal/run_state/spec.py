@@ -37,6 +37,12 @@ class RunSpec:
     # trainer's built-in loop): local Parquet files may then be read by each worker
     # itself instead of through Ray Data (data.make_shards).
     read_files_directly: bool = False
+    # What the run's datasets were, by name (a path, a DataFrame's content hash, or
+    # only the kind), kept in the run record: a run is its config (``same_run``).
+    dataset_identity: Dict[str, str] = field(default_factory=dict)
+    # Trainer.restore(path): the user chose to continue the stored run (and may have
+    # given its config again, as Ray allows), so no check against the stored config.
+    continues_stored_run: bool = False
 
 
 class TrialAction(enum.Enum):

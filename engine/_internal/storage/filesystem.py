@@ -17,6 +17,8 @@ The public face of this module is ``engine.storage``; the parts live beside it:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -25,7 +27,7 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from engine import constants
 from engine._internal.storage import commit as _commit
@@ -52,6 +54,21 @@ _WHOLE_READ_ATTEMPTS = 8
 _warned_no_sdk: List[bool] = []  # the pyarrow-only read is warned of once a process
 _COPY_CHUNK = 8 * 1024 * 1024
 logger = logging.getLogger("engine")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _writes(method: _F) -> _F:
+    """A write: the storage's fence (:meth:`Storage.fence_with`) is checked first. Put
+    under ``@retrying``, so that every attempt of a retried write checks it again: a
+    write retried for longer than a run's lease never lands after another driver took
+    the run over."""
+
+    @functools.wraps(method)
+    def wrapper(self: "Storage", *args: Any, **kwargs: Any) -> Any:
+        self._check_fence()
+        return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def is_local(fs: pafs.FileSystem) -> bool:
@@ -140,9 +157,29 @@ class Storage:
     def __repr__(self) -> str:
         return f"Storage({self.display()!r})"
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # The fence is the driver's (its lease): a copy on a worker writes unfenced, to
+        # the run's staging area only.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fence", "_etags")}
+
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         remember_filesystem(self.fs, self.root)
+
+    def _check_fence(self) -> None:
+        fence = self.__dict__.get("_fence")
+        if fence is not None:
+            fence()
+
+    def fence_with(self, check: Optional[Callable[[], None]]) -> None:
+        """Call ``check`` before every write through this object (None: no fence). A
+        run's driver fences its run directory with its lease's check, which raises
+        ``RunOwnershipLostError`` once another driver owns the run, so nothing more of
+        this driver lands there. Not pickled: workers' copies are not fenced."""
+        if check is None:
+            self.__dict__.pop("_fence", None)
+        else:
+            self.__dict__["_fence"] = check
 
     # --- reads -----------------------------------------------------------------
     @retrying
@@ -237,6 +274,7 @@ class Storage:
         self.fs.create_dir(path, recursive=True)
 
     @retrying
+    @_writes
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Write a file so that readers see the old or the new content, never a part."""
         if self.local:
@@ -247,16 +285,49 @@ class Storage:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            try:
+                self._check_fence()  # again, just before the write becomes visible
+            except BaseException:
+                os.unlink(tmp)
+                raise
             os.replace(tmp, path)
             _fsync_path(directory, directory=True)
+        elif self.__dict__.get("_fence") is not None and self._sdk_client() is not None:
+            self._put_unless_changed(path, data)
         else:  # object stores make a PUT visible whole or not at all
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
+
+    def _put_unless_changed(self, path: str, data: bytes) -> None:
+        """A fenced S3 write: a conditional PUT against the ETag this object last wrote
+        (or read with HEAD) there. A refusal means another writer replaced the object:
+        the fence then finds the run taken over (RunOwnershipLostError); if this driver
+        still owns the run, the other writer is one that lost it, whose late PUT this
+        one replaces."""
+        client, shown = self._sdk_client(), self.display(path)
+        etags = self.__dict__.setdefault("_etags", {})
+        for _attempt in range(3):
+            if path not in etags:
+                etags[path] = _s3.etag_of(client, path, shown)
+            new = _s3.put_if_unchanged(client, path, data, shown, etags[path])
+            if new is not None:
+                etags[path] = new
+                return
+            current = _s3.etag_of(client, path, shown)
+            if current is not None and current.strip('"') == hashlib.md5(data, usedforsecurity=False).hexdigest():
+                etags[path] = current  # a retried PUT whose first try went through
+                return
+            etags.pop(path, None)
+            self._check_fence()
+        raise StorageError(
+            f"{shown} keeps being replaced by another writer while this driver owns the "
+            "run: stop the other process writing into this run directory.")
 
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, default=str).encode("utf-8"))
 
     @retrying
+    @_writes
     def _put_file(self, local_path: str, dest: str) -> None:
         with open(local_path, "rb") as fin, self.fs.open_output_stream(dest) as fout:
             while True:
@@ -265,6 +336,7 @@ class Storage:
                     break
                 fout.write(chunk)
 
+    @_writes
     def upload_dir(self, local_dir: str, dest: str) -> List[str]:
         """Copy a local directory's files to ``dest`` (durably on local disk)."""
         files = list_files(local_dir)
@@ -306,6 +378,7 @@ class Storage:
         pafs.copy_files(src, local_dir, source_filesystem=self.fs,
                         destination_filesystem=pafs.LocalFileSystem())
 
+    @_writes
     def move(self, src: str, dst: str) -> None:
         """Move a file or a directory. Object stores have no rename: a directory moves
         file by file (server-side copy, then delete), so it is not atomic there; commit
@@ -321,6 +394,7 @@ class Storage:
             self._move_file(src, dst)
 
     @retrying
+    @_writes
     def _move_file(self, src: str, dst: str) -> None:
         try:
             self.fs.move(src, dst)
@@ -330,6 +404,7 @@ class Storage:
                 raise
 
     @retrying
+    @_writes
     def delete_dir(self, path: str) -> None:
         """Delete a directory and everything under it (nothing if it does not exist).
 
@@ -344,6 +419,7 @@ class Storage:
                 raise
 
     @retrying
+    @_writes
     def _delete_commit_marker(self, path: str) -> None:
         marker = join(path, constants.COMMIT_MARKER)
         if self.local:
@@ -360,6 +436,7 @@ class Storage:
             pass
 
     # --- the atomic directory commit (storage.commit) ----------------------------
+    @_writes
     def commit_dir(self, staging: str, dest: str, marker: Dict[str, Any],
                    replace: bool = False) -> Dict[str, Any]:
         """Make the staged directory ``staging`` the committed directory ``dest``: its

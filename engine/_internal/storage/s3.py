@@ -8,7 +8,10 @@
   checks the body's length against the answer's ``Content-Length``. It is also one
   request where pyarrow's read takes two.
 * Conditional PUTs (``If-None-Match``, ``If-Match``), which the run lease takes its
-  lease with (``run_state.lease``).
+  lease with (``run_state.lease``), and with which a run's driver writes its files
+  while its lease fences the run directory (``Storage.fence_with``): a PUT that a
+  driver sent before it froze, and that reaches the server after another driver took
+  the run over and rewrote the object, is refused (412) instead of overwriting it.
 
 A client is made once per process and set of filesystem options and shared by the
 process's threads (boto3 clients are thread-safe; each is made from its own session,
@@ -130,3 +133,50 @@ def read_whole(client: Any, path: str, shown: str) -> bytes:
     except BotoCoreError as exc:  # no credentials, a bad endpoint: not worth a retry
         raise ServiceError(f"reading {shown}: {type(exc).__name__}: {exc}",
                            code=type(exc).__name__, status=None) from exc
+
+
+def _call(client: Any, what: str, shown: str, fn: Any, **kwargs: Any) -> Any:
+    """``fn(**kwargs)`` with botocore's errors as the storage layer classifies them
+    (see :func:`read_whole`); a 412 or 409 answer is returned as ``None``."""
+    from botocore.exceptions import (BotoCoreError, ClientError, ConnectionError as
+                                     BotoConnectionError, HTTPClientError)
+
+    try:
+        return fn(**kwargs)
+    except ClientError as exc:
+        code, status = client_error(exc)
+        if status in (409, 412) or code in ("PreconditionFailed",
+                                            "ConditionalRequestConflict"):
+            return None
+        if status == 404 or code in ("NoSuchKey", "404", "NotFound"):
+            raise FileNotFoundError(f"{shown} does not exist") from exc
+        message = exc.response.get("Error", {}).get("Message", "")
+        raise ServiceError(f"S3 answered {status} {code or ''} to a {what} of {shown}: "
+                           f"{message}".rstrip(": "), code=code, status=status) from exc
+    except (BotoConnectionError, HTTPClientError) as exc:
+        raise ConnectionError(f"{what} of {shown}: {type(exc).__name__}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise ServiceError(f"{what} of {shown}: {type(exc).__name__}: {exc}",
+                           code=type(exc).__name__, status=None) from exc
+
+
+def etag_of(client: Any, path: str, shown: str) -> Optional[str]:
+    """The ETag of the object at ``bucket/key`` ``path``; None when there is none."""
+    bucket, _, key = path.partition("/")
+    try:
+        out = _call(client, "HEAD", shown, client.head_object, Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return None
+    return None if out is None else out["ETag"]
+
+
+def put_if_unchanged(client: Any, path: str, data: bytes, shown: str,
+                     etag: Optional[str]) -> Optional[str]:
+    """PUT ``data`` at ``path`` only if the object is as its writer last saw it: the
+    ETag ``etag``, or no object when ``etag`` is None. Returns the new ETag, or None
+    when the object changed meanwhile."""
+    bucket, _, key = path.partition("/")
+    condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+    out = _call(client, "PUT", shown, client.put_object, Bucket=bucket, Key=key,
+                Body=data, **condition)
+    return None if out is None else out["ETag"]

@@ -19,7 +19,7 @@ from engine._internal.run_state import lease as run_lease
 from engine._internal.run_state.lease import (LEASE_DIR, LEASE_S_ENV_VAR, RunLease, lease_seconds,
                                         read_lease)
 from engine._internal.storage.filesystem import Storage
-from engine.exceptions import RunInProgressError, SettingError
+from engine.exceptions import RunInProgressError, RunOwnershipLostError, SettingError
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -90,6 +90,44 @@ def test_an_expired_lease_is_taken_over_and_its_owner_learns_it(run_storage):
         with pytest.raises(RunInProgressError) as info:
             RunLease(run_storage, "r1", ttl_s=30).acquire()
         assert info.value.owner["id"] == heir.owner["id"]
+    finally:
+        heir.release()
+
+
+def test_a_fenced_write_of_a_driver_that_lost_the_run_is_refused(run_uri, run_storage):
+    """The run directory's writes go through the lease's fence: while the lease is
+    fresh no storage access is needed, once stale it is confirmed first, and a driver
+    whose lease was taken over cannot write (nor retry) anything more to the run."""
+    run = Storage.from_path(run_uri)
+    dead = RunLease(run, "r1", ttl_s=0.5).acquire()
+    run.fence_with(dead.check)
+    run.write_json_atomic(f"{run.root}/a.json", {"v": 1})  # fresh: written
+    dead._stop.set()  # frozen: no renewal, as under SIGSTOP
+    dead._thread.join()
+    time.sleep(0.3)  # stale (over half the lease) but not expired: confirmed, written
+    run.write_json_atomic(f"{run.root}/b.json", {"v": 1})
+    assert not dead.lost
+    dead._confirmed_at -= 1.0  # as if frozen for a second: expired meanwhile
+    time.sleep(max(0.0, read_lease(run_storage)["expires_at"] - time.time()) + 0.1)
+    heir = RunLease(run_storage, "r1", ttl_s=30).acquire()
+    try:
+        before = _snapshot(run_storage)
+        for write in (lambda: run.write_json_atomic(f"{run.root}/a.json", {"v": 2}),
+                      lambda: run.delete_dir(f"{run.root}/c"),
+                      lambda: run.move(f"{run.root}/a.json", f"{run.root}/d.json")):
+            with pytest.raises(RunOwnershipLostError) as info:
+                write()
+            assert info.value.owner["id"] == heir.owner["id"]
+        assert dead.lost and _snapshot(run_storage) == before
+        message = str(info.value)
+        assert f"pid {os.getpid()}" in message and "TRAINYARD_RUN_LEASE_S" in message
+        again = pickle.loads(pickle.dumps(info.value))
+        assert again.owner == info.value.owner and again.run_name == "r1"
+        # A copy shipped to a worker carries no fence (workers write staging only).
+        shipped = pickle.loads(pickle.dumps(run))
+        shipped.write_json_atomic(f"{run.root}/staged.json", {"v": 1})
+        run.fence_with(None)
+        run.write_json_atomic(f"{run.root}/unfenced.json", {"v": 1})
     finally:
         heir.release()
 
