@@ -55,16 +55,25 @@ def dataset_identity(datasets: Dict[str, Any]) -> Dict[str, str]:
         if isinstance(value, str) or hasattr(value, "__fspath__"):
             out[str(name)] = f"path {value}"
         elif kind.__module__.startswith("pandas") and kind.__name__ == "DataFrame":
-            import pandas as pd
-
-            digest = hashlib.sha256(pd.util.hash_pandas_object(value, index=True)
-                                    .to_numpy().tobytes())
-            digest.update(repr(list(value.columns)).encode("utf-8"))
-            out[str(name)] = f"DataFrame {value.shape[0]}x{value.shape[1]} " \
-                             f"{digest.hexdigest()[:16]}"
+            out[str(name)] = _frame_identity(value)
         else:
             out[str(name)] = kind.__name__  # a Ray Dataset: by its name only
     return out
+
+
+def _frame_identity(frame: Any) -> str:
+    """A DataFrame's shape, columns and a hash of its content (pandas' row hashes; a
+    frame whose cells pandas cannot hash, such as lists of token ids, by its pickle)."""
+    import pickle
+
+    import pandas as pd
+
+    digest = hashlib.sha256(repr([str(c) for c in frame.columns]).encode("utf-8"))
+    try:
+        digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    except TypeError:
+        digest.update(pickle.dumps(frame, protocol=5))
+    return f"DataFrame {frame.shape[0]}x{frame.shape[1]} {digest.hexdigest()[:16]}"
 
 
 def run_identity(spec: Any) -> Dict[str, Any]:
