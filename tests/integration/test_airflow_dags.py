@@ -56,7 +56,8 @@ def dag_runs(airflow_home, tmp_path_factory):
     no model passes: one driver process, one local Ray."""
     storage = str(tmp_path_factory.mktemp("airflow_storage"))
     out_dir = str(tmp_path_factory.mktemp("airflow_out"))
-    return run_driver("runs", airflow_home, out_dir, 540, storage), storage
+    return run_driver("runs", airflow_home, out_dir, 600, storage,
+                      extra_env={"MLFLOW_DISABLE_TELEMETRY": "true"}), storage
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +209,23 @@ def test_batch_predict_scores_with_the_promoted_checkpoint(dag_runs):
     assert preds["num_rows"] == 1797  # all of scikit-learn's digits
     assert {"predictions", "predicted_label", "target"} <= set(preds["schema"])
     assert os.path.isdir(preds["uri"]) and preds["uri"].startswith(storage)
+
+
+@pytest.mark.slow
+def test_batch_predict_follows_an_mlflow_alias_and_its_rollback(dag_runs):
+    runs, _storage = dag_runs
+    mlflow = runs["mlflow"]
+    earlier, trained = mlflow["candidates"]
+    assert earlier != trained
+    for key, model in (("newest", trained), ("back", earlier)):
+        run = mlflow[key]
+        assert run["state"] == "success", run
+        assert run["xcom"]["resolve_model"]["uri"] == model
+        preds = run["xcom"]["batch_predict"]
+        assert preds["metadata"]["checkpoint_uri"] == model and preds["num_rows"] == 1797
+    # Two models, two sets of predictions (content-addressed outputs).
+    assert mlflow["newest"]["xcom"]["batch_predict"]["uri"] \
+        != mlflow["back"]["xcom"]["batch_predict"]["uri"]
 
 
 @pytest.mark.slow
@@ -390,7 +408,39 @@ def _runs(out: str, storage: str) -> None:
                                 "train_epochs": 1, "train_config": {},
                                 "gate": {"accuracy": ">1.0"}})
     result["rejected"] = _run_summary(dr, RETRAIN)
+    result["mlflow"] = _mlflow_rollback(result["retrain"]["xcom"], storage, batch,
+                                        os.path.dirname(out))
     _write(out, result)
+
+
+def _mlflow_rollback(retrain_xcom: dict, storage: str, batch, out_dir: str) -> dict:
+    """The MLflow registry mode of batch_predict (``$TRAINYARD_REGISTRY=mlflow:...``, as
+    a deployment sets it for its workers): the tune's best and then the trained model
+    are promoted into a real MLflow registry (a tracking store on SQLite), the DAG scores
+    with the version its alias names, and the alias moved back to version 1 (a rollback,
+    as one does with MLflow's client or UI) makes the next run score with that one."""
+    from mlflow import MlflowClient
+
+    import tasks
+    from engine import constants
+
+    tracking = f"sqlite:///{out_dir}/mlflow.db"
+    registry = "mlflow:" + tracking
+    split = retrain_xcom["split"]
+    validation = split.get("validation") or split["return_value"]["validation"]
+    candidates = [retrain_xcom["tune"]["best"], retrain_xcom["train"]]
+    for ckpt in candidates:
+        metrics = tasks.evaluate(ckpt, validation)
+        tasks.promote(ckpt, metrics, gate={}, registry=registry, dataset=validation)
+    os.environ[constants.REGISTRY_ENV_VAR] = registry
+    try:
+        newest = _run_summary(batch.test(run_conf={"storage": storage}), BATCH)
+        MlflowClient(tracking_uri=tracking).set_registered_model_alias(
+            PIPELINE, "production", "1")
+        back = _run_summary(batch.test(run_conf={"storage": storage}), BATCH)
+    finally:
+        del os.environ[constants.REGISTRY_ENV_VAR]
+    return {"candidates": [c["uri"] for c in candidates], "newest": newest, "back": back}
 
 
 def _all_xcom(dr, dag_id: str) -> dict:

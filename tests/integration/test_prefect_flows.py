@@ -402,6 +402,41 @@ def test_batch_predict_flow_scores_with_the_checkpoint_a_promotion_event_names(r
                       checkpoint_uri=os.path.join(os.path.dirname(promoted), "nope"))
 
 
+def test_batch_predict_flow_follows_an_mlflow_alias_and_its_rollback(retrain_run, tmp_path,
+                                                                    monkeypatch):
+    """The MLflow registry mode (``$TRAINYARD_REGISTRY=mlflow:...``, as a deployment sets
+    it for its workers): the flow scores with the version the alias names in a real
+    MLflow registry (a tracking store on SQLite); the alias moved back to version 1 (a
+    rollback, as one does with MLflow's client or UI) makes the next run score with it."""
+    from mlflow import MlflowClient
+
+    import tasks
+    from flows.batch_predict import batch_predict
+    from tasks.refs import CheckpointRef
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    _, storage, _ = retrain_run
+    trained = tasks.resolve_alias("digits", storage=storage)  # the flow's promotion
+    kept = sorted(n for n in os.listdir(trained.run_uri) if n.startswith("checkpoint_"))
+    earlier = CheckpointRef.from_dict({**trained.to_dict(), "metrics": {},
+                                       "uri": os.path.join(trained.run_uri, kept[0])})
+    assert earlier.uri != trained.uri, kept
+    tracking = f"sqlite:///{tmp_path}/mlflow.db"
+    registry = "mlflow:" + tracking
+    for ckpt in (earlier, trained):
+        assert tasks.promote(ckpt, {}, gate={}, registry=registry).promoted
+    monkeypatch.setenv("TRAINYARD_REGISTRY", registry)
+    newest = batch_predict(pipeline="digits", storage=storage, source="sklearn:digits")
+    MlflowClient(tracking_uri=tracking).set_registered_model_alias("digits", "production",
+                                                                   "1")
+    back = batch_predict(pipeline="digits", storage=storage, source="sklearn:digits")
+    assert newest["model"] == trained.uri and back["model"] == earlier.uri
+    for out, model in ((newest, trained), (back, earlier)):
+        assert out["predictions"]["num_rows"] == 1797
+        assert out["predictions"]["metadata"]["checkpoint_uri"] == model.uri
+    assert newest["predictions"]["uri"] != back["predictions"]["uri"]
+
+
 def test_batch_predict_flow_without_a_production_model_says_what_to_do(prefect_api,
                                                                        tmp_path):
     from flows.batch_predict import NoModelError, batch_predict
