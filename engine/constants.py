@@ -414,7 +414,12 @@ JOB_SUBMISSION_ID_ENV_VAR = _setting(
     scope="pipelines", default_text="set by trainyard")
 RAY_CONN_ID_ENV_VAR = _setting(
     "TRAINYARD_RAY_CONN_ID", "trainyard_ray",
-    "The Airflow connection that names the Ray job server.", scope="Airflow")
+    "The Airflow connection that names the Ray job server (its password: the cluster's "
+    "token).", scope="Airflow")
+PREFECT_RAY_TOKEN_BLOCK_ENV_VAR = _setting(
+    "TRAINYARD_PREFECT_RAY_TOKEN_BLOCK", None,
+    "The Prefect Secret block that holds the Ray cluster's token for ray_job steps.",
+    scope="Prefect", default_text="Ray's own token sources")
 SQL_PASSWORD_ENV_VAR = _setting(
     "TRAINYARD_SQL_PASSWORD", None,
     "The database password ingest() fills into a SQL source URL that has none (never "

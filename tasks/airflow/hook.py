@@ -80,16 +80,47 @@ def full_uri(uri: Optional[str]) -> Optional[str]:
     return uri
 
 
+def ray_conn_id() -> str:
+    """The Airflow connection of the Ray job server: ``$TRAINYARD_RAY_CONN_ID``, default
+    ``trainyard_ray``."""
+    return constants.get(RAY_CONN_ID_ENV_VAR) or DEFAULT_RAY_CONN_ID
+
+
 def ray_job_address() -> Optional[str]:
-    """The job server from the Airflow connection ``$TRAINYARD_RAY_CONN_ID`` (default
-    ``trainyard_ray``: conn type ``ray`` or ``http``, host and port of the dashboard),
+    """The job server from the Airflow connection :func:`ray_conn_id` (conn type ``ray``
+    or ``http``, host and port of the dashboard, the cluster's token as its password),
     or None when there is no such connection."""
     from airflow.sdk import Connection
 
     try:
-        conn = Connection.get(constants.get(RAY_CONN_ID_ENV_VAR) or DEFAULT_RAY_CONN_ID)
+        conn = Connection.get(ray_conn_id())
     except Exception:  # AirflowNotFoundException: use the environment variables
         return None
+    return _address_of(conn)
+
+
+def ray_job_token() -> Optional[str]:
+    """The Ray cluster's token: the password of the connection :func:`ray_conn_id`
+    (None without one: Ray's own token sources are read then)."""
+    from airflow.sdk import Connection
+
+    try:
+        return Connection.get(ray_conn_id()).password or None
+    except Exception:  # AirflowNotFoundException
+        return None
+
+
+async def aray_job_token(conn_id: str) -> Optional[str]:
+    """:func:`ray_job_token` for a trigger (the triggerer's event loop)."""
+    from airflow.sdk.bases.hook import BaseHook
+
+    try:
+        return (await BaseHook.aget_connection(conn_id)).password or None
+    except Exception:  # AirflowNotFoundException
+        return None
+
+
+def _address_of(conn) -> str:
     host = conn.host or ""
     if "://" not in host:
         scheme = "https" if (conn.conn_type == "https" or conn.schema == "https") else "http"

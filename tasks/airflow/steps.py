@@ -52,7 +52,8 @@ from airflow.sdk.bases.decorator import task_decorator_factory
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
 from tasks.airflow.dag_files import DEFAULT_ALIAS
-from tasks.airflow.hook import connection_source, full_uri, ray_job_address, xcom_uri
+from tasks.airflow.hook import (connection_source, full_uri, ray_conn_id, ray_job_address,
+                                ray_job_token, xcom_uri)
 from tasks.airflow.notifier import REJECTION_XCOM_KEY
 
 logger = logging.getLogger("tasks.airflow")
@@ -139,7 +140,7 @@ def _run_step(step: str, mode: Optional[str], **kwargs: Any) -> Any:
     if _call(ray_jobs.execution_mode, mode) == ray_jobs.LOCAL:
         return _call(getattr(steps, step), **kwargs)
     with ray_jobs.caller(address=ray_job_address(), on_log=logger.info,
-                      run_id=_orchestrator_run_id()):
+                         run_id=_orchestrator_run_id(), token=ray_job_token()):
         job = _call(ray_jobs.plan, step, kwargs)
         event = _RESUME.get()
         if event:
@@ -148,7 +149,10 @@ def _run_step(step: str, mode: Optional[str], **kwargs: Any) -> Any:
     from tasks.airflow.triggers import RayJobTrigger
 
     logger.info("Deferring while Ray job %s runs (the triggerer follows it).", submission_id)
-    raise TaskDeferred(trigger=RayJobTrigger(job.address, submission_id, TRIGGER_POLL_S),
+    # The trigger is stored in the metadata database: it names the connection, and reads
+    # the token from it in the triggerer.
+    raise TaskDeferred(trigger=RayJobTrigger(job.address, submission_id, TRIGGER_POLL_S,
+                                             conn_id=ray_conn_id()),
                        method_name="execute_complete")
 
 

@@ -15,7 +15,7 @@ The triggerer must be running (``airflow triggerer``) for deferred tasks to resu
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, Tuple
+from typing import Any, AsyncIterator, Dict, Optional, Tuple
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -29,23 +29,35 @@ class RayJobTrigger(BaseTrigger):
         address: The job server (``http://<head>:8265``).
         submission_id: The job.
         poll_s: Longest seconds between status polls (they start at 0.1 s).
+        conn_id: The Airflow connection whose password is the cluster's token, read
+            in the triggerer (the trigger's arguments are stored in the metadata
+            database: a token never is); None or no password: Ray's own token sources.
     """
 
-    def __init__(self, address: str, submission_id: str, poll_s: float = 2.0) -> None:
+    def __init__(self, address: str, submission_id: str, poll_s: float = 2.0,
+                 conn_id: Optional[str] = None) -> None:
         super().__init__()
         self.address = address
         self.submission_id = submission_id
         self.poll_s = float(poll_s)
+        self.conn_id = conn_id
 
     def serialize(self) -> Tuple[str, Dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__name__}",
                 {"address": self.address, "submission_id": self.submission_id,
-                 "poll_s": self.poll_s})
+                 "poll_s": self.poll_s, "conn_id": self.conn_id})
+
+    async def _client(self) -> Any:
+        from tasks import ray_jobs
+        from tasks.airflow.hook import aray_job_token
+
+        token = await aray_job_token(self.conn_id) if self.conn_id else None
+        return await asyncio.to_thread(ray_jobs.connect, self.address, token)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from tasks import ray_jobs
 
-        client = await asyncio.to_thread(ray_jobs.connect, self.address)
+        client = await self._client()
         self.log.info("Waiting for Ray job %s at %s.", self.submission_id, self.address)
         tail = asyncio.ensure_future(self._tail(client))
         try:
@@ -78,9 +90,7 @@ class RayJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user killed the deferred task: stop its job."""
-        from tasks import ray_jobs
-
-        client = await asyncio.to_thread(ray_jobs.connect, self.address)
+        client = await self._client()
         await asyncio.to_thread(client.stop_job, self.submission_id)
         self.log.warning("Stopped Ray job %s (the task was killed).", self.submission_id)
 

@@ -142,7 +142,28 @@ def _job_caller() -> Any:
 
     log = get_run_logger()
     return ray_jobs.caller(on_log=log.info,
-                        run_id=f"prefect:{flow_run.id}" if flow_run.id else None)
+                           run_id=f"prefect:{flow_run.id}" if flow_run.id else None,
+                           token=_ray_token())
+
+
+def _ray_token() -> Optional[str]:
+    """The Ray cluster's token from the Secret block ``$TRAINYARD_PREFECT_RAY_TOKEN_BLOCK``
+    (None when unset: Ray's own token sources are read then). The block's value is a
+    secret in Prefect (never in a flow's parameters, logs or results)."""
+    from engine import constants
+
+    block = constants.get(constants.PREFECT_RAY_TOKEN_BLOCK_ENV_VAR)
+    if not block:
+        return None
+    from prefect.blocks.system import Secret
+
+    try:
+        return str(Secret.load(block).get()).strip() or None
+    except ValueError as exc:  # no such block
+        raise ConfigError(f"${constants.PREFECT_RAY_TOKEN_BLOCK_ENV_VAR} names the Secret "
+                          f"block {block!r}, which cannot be loaded ({exc}): create it with "
+                          "Secret(value=<the cluster's token>).save(...) or unset the "
+                          "variable.") from None
 
 
 def _metrics_table(metrics: Mapping[str, Any]) -> List[Dict[str, Any]]:

@@ -53,6 +53,7 @@ def plan(step: str, kwargs: Dict[str, Any]) -> Optional["StepJob"]:
     job = StepJob(step=step, kwargs=jsonable(kwargs), name=job_name(step, key),
                   storage=job_storage_root(storage),
                   address=job_address(current_caller().address),
+                  token=current_caller().token,
                   runtime_env=runtime_env, orchestrator_run_id=orchestrator_run_id())
     job.client  # noqa: B018 - connect now: an unreachable server fails before any write
     return job

@@ -36,8 +36,8 @@ import re
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from engine import constants
 from engine.storage import Storage, default_root, redact
@@ -87,6 +87,51 @@ def execution_mode(explicit: Optional[str] = None) -> str:
                           f"set it as run['execution'], execution=..., or "
                           f"${EXECUTION_ENV_VAR}.")
     return mode
+
+
+# Ray's own token sources, in Ray's order (``ray._private.authentication``): a client
+# that reads them as Ray's own clients do finds the token `ray job submit` would use.
+RAY_TOKEN_ENV_VAR = "RAY_AUTH_TOKEN"
+RAY_TOKEN_PATH_ENV_VAR = "RAY_AUTH_TOKEN_PATH"
+RAY_DEFAULT_TOKEN_FILE = os.path.join("~", ".ray", "auth_token")
+
+
+def job_token(explicit: Optional[str] = None) -> Tuple[Optional[str], str]:
+    """``(token, where it came from)`` for the job server's token authentication (Ray's
+    default): ``explicit`` (an Airflow connection's password, a Prefect block's secret),
+    else ``$RAY_AUTH_TOKEN``, else the file ``$RAY_AUTH_TOKEN_PATH``, else
+    ``~/.ray/auth_token``; ``(None, "")`` when none has one (a cluster without auth).
+
+    Raises:
+        ConfigError: ``$RAY_AUTH_TOKEN_PATH`` names a file that cannot be read or is
+            empty (Ray's own clients refuse to go on, too).
+    """
+    if explicit:
+        return explicit.strip(), "the orchestrator's connection"
+    value = os.environ.get(RAY_TOKEN_ENV_VAR, "").strip()
+    if value:
+        return value, f"${RAY_TOKEN_ENV_VAR}"
+    path = os.environ.get(RAY_TOKEN_PATH_ENV_VAR, "").strip()
+    if path:
+        try:
+            with open(os.path.expanduser(path), encoding="utf-8") as f:
+                value = f.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"${RAY_TOKEN_PATH_ENV_VAR} names {path!r}, which cannot be "
+                              f"read ({exc.strerror}): point it at the cluster's token "
+                              "file, or unset it.") from None
+        if not value:
+            raise ConfigError(f"${RAY_TOKEN_PATH_ENV_VAR} names {path!r}, which is empty: "
+                              "put the cluster's token in it (`ray get-auth-token` on "
+                              "the head prints it), or unset it.")
+        return value, f"${RAY_TOKEN_PATH_ENV_VAR} ({path})"
+    default = os.path.expanduser(RAY_DEFAULT_TOKEN_FILE)
+    try:
+        with open(default, encoding="utf-8") as f:
+            value = f.read().strip()
+    except OSError:
+        return None, ""
+    return (value, RAY_DEFAULT_TOKEN_FILE) if value else (None, "")
 
 
 def job_address(explicit: Optional[str] = None) -> str:
@@ -183,6 +228,9 @@ class Caller:
     address: Optional[str] = None
     on_log: Optional[Callable[[str], None]] = None
     run_id: Optional[str] = None
+    # The job server's token from the adapter's own secret store (an Airflow
+    # connection's password, a Prefect block): never logged, stored or sent to the job.
+    token: Optional[str] = field(default=None, repr=False)
 
 
 _CALLER: ContextVar[Caller] = ContextVar("trainyard_job_caller", default=Caller())
@@ -190,9 +238,9 @@ _CALLER: ContextVar[Caller] = ContextVar("trainyard_job_caller", default=Caller(
 
 @contextmanager
 def caller(address: Optional[str] = None, on_log: Optional[Callable[[str], None]] = None,
-           run_id: Optional[str] = None) -> Iterator[Caller]:
+           run_id: Optional[str] = None, token: Optional[str] = None) -> Iterator[Caller]:
     """Set the :class:`Caller` for the steps called inside the block."""
-    token = _CALLER.set(Caller(address, on_log, run_id))
+    token = _CALLER.set(Caller(address, on_log, run_id, token))
     try:
         yield _CALLER.get()
     finally:

@@ -7,6 +7,7 @@ see :mod:`tasks.ray_jobs.settings` for the whole protocol.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -25,8 +26,9 @@ from tasks.ray_jobs.settings import (ENTRY_MODULE, FORWARDED_ENV_VARS, JOBS_DIR,
                                      JOB_ADDRESS_ENV_VAR, JOB_NAME_ENV_VAR, JOB_PYTHON_ENV_VAR,
                                      JOB_SUBMISSION_ENV_VAR, JobFailedError,
                                      ORCHESTRATOR_RUN_ID_ENV_VAR, ATTEMPT_RE, current_caller,
-                                     orchestrator_run_id, poll_intervals, poll_seconds,
-                                     strip_secrets)
+                                     RAY_DEFAULT_TOKEN_FILE, RAY_TOKEN_ENV_VAR,
+                                     RAY_TOKEN_PATH_ENV_VAR, job_token, orchestrator_run_id,
+                                     poll_intervals, poll_seconds, strip_secrets)
 
 logger = logging.getLogger("tasks.jobs")
 
@@ -54,6 +56,7 @@ class StepJob:
     address: str
     runtime_env: Optional[Dict[str, Any]] = None
     orchestrator_run_id: Optional[str] = None
+    token: Optional[str] = field(default=None, repr=False)  # see settings.job_token
     _client: Any = field(default=None, repr=False)
 
     # --- where things are ---------------------------------------------------------------
@@ -67,7 +70,7 @@ class StepJob:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = connect(self.address)
+            self._client = connect(self.address, self.token)
         return self._client
 
     # --- submit or re-attach --------------------------------------------------------------
@@ -244,25 +247,60 @@ class StepJob:
 _CLIENTS: Dict[str, Any] = {}
 
 
-def connect(address: str) -> Any:
-    """A JobSubmissionClient (this process's one for the address), or a ConfigError that
-    says how to fix the address."""
-    if address in _CLIENTS:
-        return _CLIENTS[address]
+def connect(address: str, token: Optional[str] = None) -> Any:
+    """A JobSubmissionClient (this process's one for the address and token), or a
+    ConfigError that says how to fix the address or the token.
+
+    The token (:func:`~tasks.ray_jobs.settings.job_token`: ``token``, else Ray's own
+    sources) goes in the ``Authorization`` header, as Ray's own clients send it; without
+    one, the server must run without token authentication.
+    """
+    token, source = job_token(token)
+    key = f"{address} {hashlib.sha256((token or '').encode()).hexdigest()[:16]}"
+    if key in _CLIENTS:
+        return _CLIENTS[key]
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:
         raise ConfigError("execution='ray_job' needs Ray's job-submission client: pip "
                           "install 'trainyard[jobs]' (ray[default]).") from exc
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        client = _CLIENTS[address] = JobSubmissionClient(address)
-        return client
+        client = JobSubmissionClient(address, headers=headers)
     except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError
+        if _is_auth_error(exc):
+            raise ConfigError(_auth_advice(address, source)) from None
         raise ConfigError(
             f"Cannot reach a Ray job server at {address} ({type(exc).__name__}: "
             f"{first_line(exc)}). Start the cluster with its dashboard (`ray start --head "
             f"--dashboard-host 0.0.0.0`, needs 'ray[default]'), and set "
             f"${JOB_ADDRESS_ENV_VAR} (or RAY_ADDRESS) to http://<head>:8265.") from None
+    try:
+        client.list_jobs()  # the version check above is not authenticated: this is
+    except Exception as exc:  # noqa: BLE001 - classified just below
+        if _is_auth_error(exc):
+            raise ConfigError(_auth_advice(address, source)) from None
+        raise
+    _CLIENTS[key] = client
+    return client
+
+
+def _is_auth_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__name__ in ("AuthenticationError", "PermissionError") or any(
+        s in text for s in ("401", "403", "Unauthorized", "authentication", "Forbidden"))
+
+
+def _auth_advice(address: str, source: str) -> str:
+    what = (f"refused the token from {source}" if source
+            else "requires a token (token authentication, Ray's default) and none was found")
+    return (f"The Ray job server at {address} {what}. Give the orchestrator the "
+            "cluster's token (`ray get-auth-token` on the head prints it): the password "
+            "of the Airflow connection ($TRAINYARD_RAY_CONN_ID, default trainyard_ray), "
+            "the Prefect Secret block $TRAINYARD_PREFECT_RAY_TOKEN_BLOCK names, "
+            f"${RAY_TOKEN_ENV_VAR}, the file ${RAY_TOKEN_PATH_ENV_VAR}, or "
+            f"{RAY_DEFAULT_TOKEN_FILE}, as for `ray job submit`. Keep it out of DAG files, "
+            "flow parameters and storage paths.")
 
 
 def job_runtime_env(user: Optional[Dict[str, Any]], storage: str, name: str,

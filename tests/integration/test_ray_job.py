@@ -13,9 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -31,9 +29,17 @@ pytestmark = pytest.mark.timeout(HEAD_MODULE_TIMEOUT_S)
 def _env(head, storage: str, mode: str = "ray_job", **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_ADDRESS", "TRAINYARD_"))}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(key, None)
+    # The cluster's token as Ray's own clients read it (the job server has token
+    # authentication on, Ray's default); a local-mode driver joins with it too.
     env.update(PYTHONPATH=REPO, TRAINYARD_EXECUTION=mode, TRAINYARD_STORAGE_PATH=storage,
                TRAINYARD_RAY_JOB_ADDRESS=head.address, TRAINYARD_RAY_JOB_POLL_S="0.5",
-               RAY_AUTH_MODE="disabled", TRAINYARD_RUN_LEASE_S="10")
+               TRAINYARD_RUN_LEASE_S="10")
+    if head.token:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=head.token)
+    else:  # a cluster without auth: and no token anywhere here either
+        env.update(RAY_AUTH_MODE="disabled", HOME=storage + "-home")
     if mode == "local":  # this process is the Ray driver, on the same cluster
         env["RAY_ADDRESS"] = head.gcs_address
     env.update(extra)
@@ -58,9 +64,7 @@ def _finish(proc, tmp_path, name="out", timeout=600) -> dict:
 
 
 def _jobs_of(head, run_name):
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(head.address)
+    client = head.client()
     return sorted((j for j in client.list_jobs() if run_name in (j.submission_id or "")),
                   key=lambda j: j.submission_id)
 
@@ -110,6 +114,77 @@ def test_train_as_a_ray_job_returns_the_same_checkpoint_as_local(head, tmp_path)
     assert same["metrics"]["accuracy"] == ref["metrics"]["accuracy"]
 
 
+def test_a_ray_job_steps_workers_run_on_a_second_node_of_a_cluster_without_auth(tmp_path):
+    """A cluster run without token authentication (``RAY_AUTH_MODE=disabled``), and a
+    second node joined to it with ``ray start --address`` that offers a resource only it
+    has: a step whose workers ask for it trains there (its worker process runs under
+    that node's raylet), and its checkpoint is in the shared storage like any other."""
+    import psutil
+
+    from tests.support.ray_job_cluster import RayHead, RayNode
+
+    head = RayHead(num_cpus=1, auth=False, env={
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])})
+    node = None
+    try:
+        head.wait_ready()
+        node = RayNode(head, num_cpus=1, resources={"second_node": 1})
+        node.wait_ready()
+        storage = str(tmp_path / "storage")
+        job = _orchestrate(tmp_path, head, storage, "rj-node", 2, name="node",
+                           EPOCH_DELAY="1.0",
+                           TY_SCALING=json.dumps({"num_workers": 1, "resources_per_worker":
+                                                  {"CPU": 1, "second_node": 1}}))
+        seen = set()
+        while job.poll() is None:  # the worker's process, while it trains
+            for proc in psutil.Process(node.proc.pid).children(recursive=True):
+                try:
+                    if "TrainWorker" in " ".join(proc.cmdline()):
+                        seen.add(proc.pid)
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+        ref, _log = _finish(job, tmp_path, "node")
+        assert seen, "no training worker ran on the second node"
+        assert os.path.isdir(ref["checkpoint"]["uri"])
+        assert ref["checkpoint"]["metrics"]["epoch"] == 1
+    finally:
+        if node is not None:
+            node.stop()
+        head.stop()
+
+
+@pytest.mark.parametrize("case", ["no_token", "wrong_token"])
+def test_a_missing_or_wrong_token_is_one_clear_error(case, head, tmp_path, monkeypatch):
+    """Against a job server with token authentication (Ray's default): no token found,
+    or one it refuses, is a ConfigError that says where the token goes, before anything
+    is written, and shows no token."""
+    from engine.exceptions import ConfigError
+    from tasks import steps as core
+
+    storage = str(tmp_path / "storage")
+    monkeypatch.setenv("TRAINYARD_RAY_JOB_ADDRESS", head.address)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.ray/auth_token either
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    if case == "wrong_token":
+        wrong = tmp_path / "token"
+        wrong.write_text("not-the-clusters-token\n")
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(wrong))
+    with pytest.raises(ConfigError) as info:
+        core.train("digits", _refs(storage), {"num_workers": 1},
+                   {"execution": "ray_job", "name": "auth", "storage": storage})
+    message = str(info.value)
+    assert (f"refused the token from $RAY_AUTH_TOKEN_PATH ({tmp_path / 'token'})"
+            if case == "wrong_token" else "requires a token") in message, message
+    for where in ("ray get-auth-token", "$RAY_AUTH_TOKEN", "~/.ray/auth_token",
+                  "Airflow connection", "TRAINYARD_PREFECT_RAY_TOKEN_BLOCK"):
+        assert where in message, message
+    assert "not-the-clusters-token" not in message and head.token not in message
+    assert not os.path.exists(storage)
+
+
 def test_a_killed_task_re_attaches_to_its_running_job(head, tmp_path):
     storage = str(tmp_path / "storage")
     first = _orchestrate(tmp_path, head, storage, "rj-kill", 5, name="first",
@@ -131,18 +206,17 @@ def test_a_killed_task_re_attaches_to_its_running_job(head, tmp_path):
 
 
 def test_a_stopped_job_is_resubmitted_and_resumes(head, tmp_path):
-    from ray.job_submission import JobSubmissionClient
-
     storage = str(tmp_path / "storage")
     first = _orchestrate(tmp_path, head, storage, "rj-stop", 5, name="first",
                          EPOCH_DELAY="1.0")
     _wait_for_checkpoints(storage, "rj-stop", 2, first)
-    JobSubmissionClient(head.address).stop_job("trainyard-train-rj-stop-a1")
+    head.client().stop_job("trainyard-train-rj-stop-a1")
     first.wait(timeout=120)
     log = (tmp_path / "first.log").read_text()
     assert first.returncode != 0 and "JobFailedError" in log and "was stopped" in log
+    # The retry trains the same config (a run is its config), the rest of the epochs.
     retry = _orchestrate(tmp_path, head, storage, "rj-stop", 5, name="retry",
-                         EPOCH_DELAY="0")
+                         EPOCH_DELAY="1.0")
     ref, log = _finish(retry, tmp_path, "retry")
     jobs = _jobs_of(head, "rj-stop")
     assert [(j.submission_id, str(j.status)) for j in jobs] == [
@@ -155,22 +229,17 @@ def test_a_stopped_job_is_resubmitted_and_resumes(head, tmp_path):
 
 
 # --- bad input: clear errors before anything is written --------------------------------
-class _NotRay(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's naming
-        self.send_response(404)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def not_a_job_server():
-    server = HTTPServer(("127.0.0.1", 0), _NotRay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def head_without_dashboard():
+    """A real Ray head started without its dashboard, so without a job server: where a
+    user would point ``TRAINYARD_RAY_JOB_ADDRESS`` (its dashboard port) nothing serves."""
+    from tests.support.ray_job_cluster import RayHead
+
+    cluster = RayHead(num_cpus=1, include_dashboard=False)
+    try:
+        yield cluster.wait_ready()
+    finally:
+        cluster.stop()
 
 
 def _refs(storage):
@@ -182,22 +251,24 @@ def _refs(storage):
     return {"train": ref, "validation": ref}
 
 
-@pytest.mark.parametrize("case", ["unreachable", "not_ray", "memory", "no_address"])
+@pytest.mark.parametrize("case", ["unreachable", "no_dashboard", "memory", "no_address"])
 def test_bad_job_settings_fail_before_anything_is_written(case, tmp_path, monkeypatch,
-                                                          not_a_job_server):
+                                                          request):
     from engine.exceptions import ConfigError
     from tasks import steps as core
 
     storage = str(tmp_path / "storage")
-    address = {"unreachable": "http://127.0.0.1:9", "not_ray": not_a_job_server,
-               "memory": not_a_job_server, "no_address": ""}[case]
+    address = {"unreachable": "http://127.0.0.1:9", "memory": "http://127.0.0.1:9",
+               "no_address": ""}.get(case)
+    if case == "no_dashboard":
+        address = request.getfixturevalue("head_without_dashboard").address
     monkeypatch.setenv("TRAINYARD_RAY_JOB_ADDRESS", address)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     run = {"execution": "ray_job", "name": "bad",
            "storage": "memory://ty-test" if case == "memory" else storage}
     with pytest.raises(ConfigError) as info:
         core.train("digits", _refs(storage), {"num_workers": 1}, run)
-    fix = {"unreachable": "TRAINYARD_RAY_JOB_ADDRESS", "not_ray": "ray start --head",
+    fix = {"unreachable": "TRAINYARD_RAY_JOB_ADDRESS", "no_dashboard": "ray start --head",
            "memory": "s3://", "no_address": "TRAINYARD_RAY_JOB_ADDRESS"}[case]
     assert fix in str(info.value)
     assert not os.path.exists(storage) and not os.path.exists(
@@ -210,7 +281,7 @@ def test_a_runtime_env_that_cannot_install_is_a_config_error(head, tmp_path, mon
 
     storage = str(tmp_path / "storage")
     for key, value in _env(head, storage).items():
-        if key.startswith("TRAINYARD_"):
+        if key.startswith("TRAINYARD_") or key == "RAY_AUTH_TOKEN":
             monkeypatch.setenv(key, value)
     # A working_dir package the cluster cannot fetch: it fails in the job's runtime_env
     # set-up as a pip requirement would, without Ray first cloning a virtualenv (minutes).
@@ -260,8 +331,6 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     torch nor connects to Ray as a driver; the promoted checkpoint scores as it does
     when evaluated in local mode."""
     from prefect.deployments import run_deployment
-    from ray.job_submission import JobSubmissionClient
-
     from tests.conftest import _free_port
     from tests.support.prefect_server import prefect, prefect_server, start_worker
 
@@ -275,7 +344,7 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
            if not k.startswith(("PREFECT_", "TRAINYARD_", "RAY_ADDRESS"))}
     env.update(PREFECT_HOME=str(tmp_path / "prefect_home"), PREFECT_API_URL=api,
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false",
-               RAY_ADDRESS=head.address, RAY_AUTH_MODE="disabled",
+               RAY_ADDRESS=head.address, TRAINYARD_PREFECT_RAY_TOKEN_BLOCK="ray-token",
                TRAINYARD_STORAGE_PATH=str(storage), TY_AUDIT_DIR=str(audit),
                PYTHONPATH=os.pathsep.join([str(hooks), REPO]))
     logs = tmp_path / "logs"
@@ -283,6 +352,10 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     with prefect_server(env, port, tmp_path, logs) as procs:
         prefect("--no-prompt", "deploy", "--all", "--prefect-file", "deploy/prefect.yaml",
                 env=env, timeout=240)
+        # The cluster's token, kept as a Prefect secret (its only way to the flow runs).
+        subprocess.run([sys.executable, "-c", "import os; from prefect.blocks.system import "
+                        "Secret; Secret(value=os.environ.pop('TY_TOKEN')).save('ray-token')"],
+                       env={**env, "TY_TOKEN": head.token}, check=True, timeout=120)
         procs.append(start_worker(env, tmp_path, logs))
         flow_run = run_deployment(
             "retrain/retrain-digits-ray-job", timeout=780,
@@ -296,8 +369,10 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     worker_log = (logs / "worker.log").read_text()
     assert flow_run.state is not None and flow_run.state.is_completed(), \
         f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
+    assert head.token not in worker_log and head.token not in json.dumps(
+        flow_run.parameters)  # the token: read from the block, never logged
     # The steps ran as Ray jobs; the flow run's process only waited.
-    jobs = JobSubmissionClient(head.address).list_jobs()
+    jobs = head.client().list_jobs()
     ours = [j for j in jobs if (j.metadata or {}).get("trainyard_orchestrator_run")
             == f"prefect:{flow_run.id}"]
     assert {j.metadata["trainyard_step"] for j in ours} == {
@@ -331,8 +406,6 @@ def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_
     """Storage on the S3-compatible server: the job reaches it with the credentials the
     orchestrator forwards as job env vars; they show nowhere Ray lists jobs, nor in the
     task's log."""
-    from ray.job_submission import JobSubmissionClient
-
     from tests.conftest import FAKE_AWS_SECRET
 
     job = _orchestrate(tmp_path, head, s3_storage_path, "rj-s3", 2, "evaluate", name="s3")
@@ -345,7 +418,7 @@ def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_
     keys = s3_server.keys(prefix)
     assert f"{prefix}/runs/rj-s3/run_state.json" in keys
     assert any(k.startswith(f"{prefix}/jobs/trainyard-train-rj-s3/") for k in keys)
-    info = JobSubmissionClient(head.address).get_job_info("trainyard-train-rj-s3-a1")
+    info = head.client().get_job_info("trainyard-train-rj-s3-a1")
     assert FAKE_AWS_SECRET not in info.entrypoint + json.dumps(info.metadata or {})
     assert FAKE_AWS_SECRET not in log
     request = s3_server.client().get_object(
@@ -374,9 +447,7 @@ def test_a_plugin_pipeline_from_the_environment_is_shipped_to_its_jobs(head, tmp
     assert ref["metrics"]["accuracy"] >= 0.7  # the example's gate
     package = os.path.realpath(os.path.join(OWN_PIPELINE, "own_pipeline"))
     assert f"Shipping pipeline churn_xgboost to the Ray job: py_modules {package}" in log
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(head.address)
+    client = head.client()
     jobs = [j for j in client.list_jobs()
             if "churn_xgboost" in json.dumps((j.runtime_env or {}).get("env_vars", {}))]
     assert sorted(j.metadata["trainyard_step"] for j in jobs) == ["evaluate", "train"]

@@ -22,6 +22,12 @@ DAGS = os.path.join(REPO, "dags")
 TRANSITIONS: list = []
 
 
+# The test's own view of the cluster (what it lists of its jobs): the token it was
+# given apart from the Airflow connection, which is the tasks' only way to it.
+_TEST_HEADERS = ({"Authorization": f"Bearer {os.environ.pop('TY_TEST_RAY_TOKEN')}"}
+                 if os.environ.get("TY_TEST_RAY_TOKEN") else None)
+
+
 def _record_transitions(address: str) -> None:
     from airflow.models.taskinstance import TaskInstance
     from ray.job_submission import JobSubmissionClient
@@ -34,7 +40,7 @@ def _record_transitions(address: str) -> None:
                "at": time.time()}
         if name == "deferred":
             row["jobs"] = {j.submission_id: str(j.status)
-                           for j in JobSubmissionClient(address).list_jobs()
+                           for j in JobSubmissionClient(address, headers=_TEST_HEADERS).list_jobs()
                            if (j.submission_id or "").startswith("trainyard-")}
         TRANSITIONS.append(row)
         return original(self, state, *args, **kwargs)
@@ -123,7 +129,7 @@ def main(out: str, storage: str, address: str, mapped_folder: str) -> None:
 
     jobs = {j.submission_id: {"status": str(j.status), "start_time": j.start_time,
                               "end_time": j.end_time}
-            for j in JobSubmissionClient(address).list_jobs()
+            for j in JobSubmissionClient(address, headers=_TEST_HEADERS).list_jobs()
             if (j.submission_id or "").startswith("trainyard-")}
     result.update(transitions=TRANSITIONS, jobs=jobs, torch_imported="torch" in sys.modules,
                   ray_initialized=ray.is_initialized())

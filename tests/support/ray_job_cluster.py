@@ -1,5 +1,6 @@
 """A real Ray cluster with its dashboard and job server, started by ``ray start --head
---block`` as its own process group, for the ``ray_job`` tests.
+--block`` as its own process group, for the ``ray_job`` tests, with Ray's token
+authentication on (Ray's default; ``RayHead(auth=False)`` for a cluster without it).
 
 Its own ``--temp-dir`` and ports keep it apart from any other Ray on the machine, and it
 is stopped by signalling its process group only (never ``ray stop``, which stops every
@@ -43,16 +44,26 @@ def free_port() -> int:
 class RayHead:
     """``ray start --head --block`` in a new session; ``address`` is the job server's."""
 
-    def __init__(self, num_cpus: int = 4, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, num_cpus: int = 4, env: Optional[Dict[str, str]] = None,
+                 include_dashboard: bool = True, auth: bool = True) -> None:
+        import secrets
+
         self.num_cpus = num_cpus
+        # Ray's token authentication, on (Ray's default) unless ``auth`` is False: the
+        # head's own token, which clients must be given (``token``, ``headers``).
+        self.token: Optional[str] = secrets.token_hex(24) if auth else None
+        # Without its dashboard a head has no job server: ``address`` is then where a
+        # user would point at one (the dashboard port it was given), which nothing serves.
+        self.include_dashboard = include_dashboard
         self.gcs_address: Optional[str] = None
         run_env = dict(os.environ)
         for key in ("RAY_ADDRESS", "TRAINYARD_RAY_JOB_ADDRESS", "TRAINYARD_EXECUTION"):
             run_env.pop(key, None)
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            run_env.pop(key, None)
         run_env.update({
-            # Token authentication (Ray's default) needs the token on every client; these
-            # tests run a loopback cluster without it.
-            "RAY_AUTH_MODE": "disabled",
+            "RAY_AUTH_MODE": "token" if self.token else "disabled",
+            **({"RAY_AUTH_TOKEN": self.token} if self.token else {}),
             "PYTHONPATH": os.pathsep.join(p for p in [REPO, os.environ.get("PYTHONPATH")]
                                           if p),
             "RAY_DEDUP_LOGS": "0",
@@ -71,7 +82,8 @@ class RayHead:
                 [RAY, "start", "--head", "--block", "--dashboard-host", "127.0.0.1",
                  "--num-cpus", str(self.num_cpus), "--port", str(self.port),
                  "--dashboard-port", str(self.dashboard_port), "--temp-dir", self.temp_dir,
-                 "--include-dashboard", "true", "--disable-usage-stats",
+                 "--include-dashboard", str(self.include_dashboard).lower(),
+                 "--disable-usage-stats",
                  # Ports whose defaults (52365, 10001 …) another Ray on the machine holds.
                  *[arg for flag in ("--dashboard-agent-listen-port",
                                     "--dashboard-agent-grpc-port", "--metrics-export-port",
@@ -99,8 +111,16 @@ class RayHead:
                     self._start()
                     continue
                 raise RuntimeError(f"ray start exited {self.proc.returncode}:\n{self.log()}")
+            if not self.include_dashboard:
+                if self._gcs_answers():
+                    self.gcs_address = f"127.0.0.1:{self.port}"
+                    return self
+                time.sleep(0.5)
+                continue
             try:
-                with urllib.request.urlopen(f"{self.address}/api/version", timeout=2) as r:
+                request = urllib.request.Request(f"{self.address}/api/version",
+                                                 headers=self.headers or {})
+                with urllib.request.urlopen(request, timeout=2) as r:
                     if r.status == 200:
                         waiting_for = "the head's job agent to run a probe job"
                         if self._agent_ready():
@@ -115,12 +135,27 @@ class RayHead:
             f"Ray's job server was not ready in {timeout:.0f} s (still waiting for "
             f"{waiting_for}; {RESTARTS - restarts} restarts of `ray start`):\n{log}")
 
+    def _gcs_answers(self) -> bool:
+        """The head's GCS serves its cluster: ``ray status`` against it succeeds."""
+        out = subprocess.run([RAY, "status", "--address", f"127.0.0.1:{self.port}"],
+                             env=self.env, capture_output=True, timeout=60)
+        return out.returncode == 0
+
+    @property
+    def headers(self) -> Optional[Dict[str, str]]:
+        """The HTTP headers a client of this head sends (its token), as Ray's own."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else None
+
+    def client(self):
+        """A JobSubmissionClient of this head, with its token."""
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address, headers=self.headers)
+
     def _agent_ready(self) -> bool:
         """The head node's job agent takes jobs (it registers after the job server
         answers): a no-op job, submitted and finished, says so."""
-        from ray.job_submission import JobSubmissionClient
-
-        client = JobSubmissionClient(self.address)
+        client = self.client()
         try:
             sid = client.submit_job(entrypoint="true", submission_id="cluster-ready-probe")
         except RuntimeError as exc:
@@ -156,6 +191,54 @@ class RayHead:
                 break
         self.proc.poll()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class RayNode:
+    """A second node joined to ``head`` with ``ray start --address --block`` (its own
+    process group, its own agent ports), offering ``resources`` only it has."""
+
+    def __init__(self, head: RayHead, num_cpus: int = 2,
+                 resources: Optional[Dict[str, float]] = None) -> None:
+        import json
+
+        self.head = head
+        self.temp_dir = tempfile.mkdtemp(prefix="tynode-", dir="/tmp")
+        self.log_path = os.path.join(self.temp_dir, "ray_start.log")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [RAY, "start", "--address", head.gcs_address, "--block",
+                 "--num-cpus", str(num_cpus), "--resources", json.dumps(resources or {}),
+                 "--disable-usage-stats",
+                 *[arg for flag in ("--dashboard-agent-listen-port",
+                                    "--dashboard-agent-grpc-port", "--metrics-export-port",
+                                    "--runtime-env-agent-port", "--node-manager-port",
+                                    "--object-manager-port")
+                   for arg in (flag, str(free_port()))]],
+                env=head.env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> "RayNode":
+        """Until the head's state API lists this node alive (its id is ``node_id``)."""
+        from ray.util.state import list_nodes
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited {self.proc.returncode}:\n"
+                                   f"{open(self.log_path, errors='replace').read()[-4000:]}")
+            try:
+                alive = [n for n in list_nodes(address=self.head.address, detail=True)
+                         if n.state == "ALIVE" and not n.is_head_node]
+            except Exception:  # noqa: BLE001 - the state API is still starting
+                alive = []
+            if alive:
+                self.node_id = alive[0].node_id
+                return self
+            time.sleep(0.5)
+        raise RuntimeError(f"the node did not join in {timeout:.0f} s")
+
+    def stop(self) -> None:
+        RayHead.stop(self)  # type: ignore[arg-type] - same process-group stop
 
 
 def _group_alive(pgid: int) -> bool:

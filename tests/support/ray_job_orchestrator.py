@@ -3,7 +3,8 @@
     python tests/support/ray_job_orchestrator.py <out.json> <storage> <run name> <epochs> [step ...]
 
 It ingests and splits the digits here (no Ray; ``$TY_PIPELINE``, ``$TY_SOURCE``,
-``$TY_LABEL`` and ``$TY_CONFIG`` (JSON) name another pipeline), then calls ``tasks.train`` (and
+``$TY_LABEL`` and ``$TY_CONFIG`` (JSON) name another pipeline; ``$TY_SCALING`` (JSON)
+the scaling), then calls ``tasks.train`` (and
 ``evaluate``, ``batch_predict`` when named) in the mode ``$TRAINYARD_EXECUTION`` says,
 and writes the references, and whether this process imported torch or started Ray, to
 ``out.json``.
@@ -30,7 +31,8 @@ def main(out: str, storage: str, run_name: str, epochs: str, *steps: str) -> Non
               "seed": 0}
     if os.environ.get("TY_CONFIG"):
         config = json.loads(os.environ["TY_CONFIG"])
-    ckpt = core.train(pipeline, splits, {"num_workers": 1},
+    scaling = json.loads(os.environ.get("TY_SCALING") or '{"num_workers": 1}')
+    ckpt = core.train(pipeline, splits, scaling,
                       {"name": run_name, "storage": storage, "config": config,
                        "max_failures": 0})
     result = {"checkpoint": ckpt.to_dict(), "checkpoint_type": type(ckpt).__name__}

@@ -28,6 +28,48 @@ def test_mode_and_address_from_arguments_then_environment(monkeypatch):
     assert _jobs.job_address("http://other:8265") == "http://other:8265"
 
 
+def test_the_token_comes_from_the_connection_then_rays_own_sources(monkeypatch, tmp_path):
+    """The orchestrator's own secret first, then Ray's order: $RAY_AUTH_TOKEN, the file
+    $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token; a token file that cannot be read is a
+    ConfigError (as Ray refuses it), and no token at all is a cluster without auth."""
+    from tasks.ray_jobs.settings import job_token
+
+    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert job_token() == (None, "")
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("from-home\n")
+    assert job_token() == ("from-home", "~/.ray/auth_token")
+    path = tmp_path / "token"
+    path.write_text("from-path")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    assert job_token() == ("from-path", f"$RAY_AUTH_TOKEN_PATH ({path})")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
+    assert job_token() == ("from-env", "$RAY_AUTH_TOKEN")
+    assert job_token("from-connection") == ("from-connection",
+                                             "the orchestrator's connection")
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    path.write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        job_token()
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        job_token()
+
+
+def test_a_deferred_tasks_trigger_stores_the_connection_not_the_token():
+    pytest.importorskip("airflow.triggers.base")
+    from tasks.airflow.triggers import RayJobTrigger
+
+    path, kwargs = RayJobTrigger("http://head:8265", "trainyard-train-x-a1", 1.0,
+                                 conn_id="trainyard_ray").serialize()
+    assert path == "tasks.airflow.triggers.RayJobTrigger"
+    assert kwargs == {"address": "http://head:8265", "submission_id": "trainyard-train-x-a1",
+                      "poll_s": 1.0, "conn_id": "trainyard_ray"}
+    assert RayJobTrigger(**kwargs).serialize() == (path, kwargs)
+
+
 def test_job_names_are_deterministic_safe_and_short():
     name = _jobs.job_name("train", "retrain_digits-train-manual__2026-01-01T00:00:00+00:00")
     assert name == _jobs.job_name("train",
