@@ -12,9 +12,11 @@ import logging
 import os
 import re
 import shlex
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from engine import constants
 from engine.storage import Storage, redact
@@ -266,7 +268,8 @@ def connect(address: str, token: Optional[str] = None) -> Any:
                           "install 'trainyard[jobs]' (ray[default]).") from exc
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        client = JobSubmissionClient(address, headers=headers)
+        with _address_as_given():
+            client = JobSubmissionClient(address, headers=headers)
     except Exception as exc:  # ConnectionError, AuthenticationError, RuntimeError
         if _is_auth_error(exc):
             raise ConfigError(_auth_advice(address, source)) from None
@@ -283,6 +286,26 @@ def connect(address: str, token: Optional[str] = None) -> Any:
         raise
     _CLIENTS[key] = client
     return client
+
+
+# Ray's client takes $RAY_API_SERVER_ADDRESS, else $RAY_ADDRESS, over the address it is
+# given (``ray.dashboard.utils.get_address_for_submission_client``): an Airflow or
+# Prefect worker whose local-mode tasks join a cluster through RAY_ADDRESS would send its
+# ray_job steps there instead of to the job server it names. The client reads them only
+# while it is made, so they are hidden for that moment (this process makes its clients
+# under this lock; nothing in it reads them meanwhile: it never calls ray.init()).
+_ADDRESS_OVERRIDES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _address_as_given() -> Iterator[None]:
+    with _ENV_LOCK:
+        saved = {k: os.environ.pop(k) for k in _ADDRESS_OVERRIDES if k in os.environ}
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
 
 
 def _is_auth_error(exc: BaseException) -> bool:

@@ -30,13 +30,18 @@ SMALL = {"num_workers": 1, "tune_epochs": 1, "train_epochs": 2,
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory, request):
+def airflow(tmp_path_factory, request, head):
     """Airflow's four components on a migrated SQLite database, the DAGs of ``digits`` and
-    ``digits_quick`` parsed, no schedule yet (``TRAINYARD_RETRAIN_SCHEDULE=none``)."""
+    ``digits_quick`` parsed, no schedule yet (``TRAINYARD_RETRAIN_SCHEDULE=none``); for
+    ``execution="ray_job"``, the job server of ``head`` (token authentication on) in the
+    connection ``trainyard_ray``, its token as the password."""
+    scheme, rest = head.address.split("://", 1)
     cluster = AirflowCluster(str(tmp_path_factory.mktemp("airflow")), env={
         "TRAINYARD_PIPELINES": f"{QUICK}=tests.support.airflow_pipelines:QUICK",
         "TRAINYARD_AIRFLOW_PIPELINES": f"{PIPELINE},{QUICK}",
-        "TRAINYARD_RETRAIN_SCHEDULE": "none"}, shared_dir=run_root(tmp_path_factory))
+        "TRAINYARD_RETRAIN_SCHEDULE": "none",
+        "AIRFLOW_CONN_TRAINYARD_RAY": f"{scheme}://:{head.token}@{rest}",
+        "TRAINYARD_RAY_JOB_POLL_S": "0.5"}, shared_dir=run_root(tmp_path_factory))
     try:
         cluster.start()
         cluster.wait_dag(RETRAIN)
@@ -133,6 +138,82 @@ def test_a_task_that_fails_for_good_notifies_once(airflow, tmp_path):
     # Not per retry, not per DAG run (a DAG-level message would carry the same run id).
     assert len(airflow.webhook.events("failed", run_id=run_id)) == 1
     assert "failed for good" in airflow.task_log(RETRAIN, run_id, "ingest")
+
+
+# ray_job mode: the train step's job sleeps per epoch, so that it is seen deferred.
+RAY_JOB = {**SMALL, "execution": "ray_job", "gate": {"accuracy": ">=1.01"}}
+
+
+def _ti_state(airflow: AirflowCluster, dag_id: str, run_id: str, task_id: str) -> str:
+    return (airflow.task_instances(dag_id, run_id).get(task_id) or {}).get("state") or ""
+
+
+def _train_job(head, run_id: str):
+    """The Ray job of the run's train step (its metadata names the orchestrator run)."""
+    jobs = [j for j in head.client().list_jobs()
+            if (j.metadata or {}).get("trainyard_step") == "train"
+            and run_id in (j.metadata or {}).get("trainyard_orchestrator_run", "")]
+    return jobs[-1] if jobs else None
+
+
+def test_a_deferred_ray_job_task_gives_its_pool_slot_back_and_resumes(airflow, head):
+    """The default pool cut to one slot, the retrain DAG in ``ray_job`` mode: while its
+    train task is deferred (its Ray job running), a task of another DAG run takes the
+    slot and succeeds; then the train task resumes on the triggerer's event, and the
+    model scores what the same DAG's local-mode run (the first test) scored."""
+    airflow.api("PATCH", "/pools/default_pool", json={"slots": 1},
+                params={"update_mask": ["slots"]})
+    try:
+        run_id = airflow.trigger(RETRAIN, {**RAY_JOB,
+                                           "train_config": {"epoch_delay_s": 20.0}})
+        airflow.wait_for(lambda: _ti_state(airflow, RETRAIN, run_id, "train") == "deferred",
+                         600, "the train task deferred")
+        other = airflow.trigger(BATCH)  # the first test promoted a model for it
+        airflow.wait_for(lambda: _ti_state(airflow, BATCH, other, "resolve_model")
+                         == "success", 300, "the other run's first task to succeed")
+        # It ran in the one slot while the train task waited on its job: still deferred.
+        assert _ti_state(airflow, RETRAIN, run_id, "train") == "deferred"
+        assert str(_train_job(head, run_id).status) == "RUNNING"
+        finished(airflow, BATCH, other, "success")  # it had the slot to itself
+        finished(airflow, RETRAIN, run_id, "success")
+    finally:
+        airflow.api("PATCH", "/pools/default_pool", json={"slots": 128},
+                    params={"update_mask": ["slots"]})
+    assert str(_train_job(head, run_id).status) == "SUCCEEDED"
+    assert airflow.task_instances(RETRAIN, run_id)["train"]["try_number"] == 1
+    local = next(r["dag_run_id"] for r in airflow.runs(RETRAIN)
+                 if r["state"] == "success" and r["conf"].get("gate") == {"accuracy": ">=0.5"})
+    ours, theirs = (airflow.xcom(RETRAIN, r, "evaluate") for r in (run_id, local))
+    assert (ours["accuracy"], ours["log_loss"]) == (theirs["accuracy"], theirs["log_loss"])
+
+
+def test_marking_a_deferred_ray_job_task_failed_stops_its_job(airflow, head):
+    """A user's cancel: the deferred train task marked failed through the REST API stops
+    its Ray job (``STOPPED`` within 30 s) and the run fails; nothing is left running."""
+    run_id = airflow.trigger(RETRAIN, {**RAY_JOB, "train_epochs": 20,
+                                       "train_config": {"epoch_delay_s": 3.0}})
+    airflow.wait_for(lambda: _ti_state(airflow, RETRAIN, run_id, "train") == "deferred",
+                     600, "the train task deferred")
+    job = airflow.wait_for(lambda: (lambda j: j if j and str(j.status) == "RUNNING"
+                                    else None)(_train_job(head, run_id)),
+                           120, "the train step's job running")
+    airflow.api("PATCH", f"/dags/{RETRAIN}/dagRuns/{run_id}/taskInstances/train",
+                json={"new_state": "failed"})
+    import time
+
+    marked = time.monotonic()
+    airflow.wait_for(lambda: str(head.client().get_job_status(job.submission_id))
+                     == "STOPPED", 30, f"Ray job {job.submission_id} stopped")
+    print(f"marked failed to STOPPED: {time.monotonic() - marked:.1f} s")
+    run = airflow.wait_run(RETRAIN, run_id)
+    assert run["state"] == "failed", airflow.describe(RETRAIN, run_id)
+    import psutil
+
+    driver = head.client().get_job_info(job.submission_id).driver_info
+    if driver is not None:  # the step's process on the cluster has exited too
+        airflow.wait_for(lambda: not psutil.pid_exists(int(driver.pid))
+                         or psutil.Process(int(driver.pid)).status() == "zombie",
+                         30, "the job's driver to exit")
 
 
 def test_the_retrain_schedule_creates_a_run_that_succeeds(airflow):

@@ -205,6 +205,44 @@ def test_a_killed_task_re_attaches_to_its_running_job(head, tmp_path):
     assert ref["checkpoint"]["metrics"]["epoch"] == 4
 
 
+def test_ctrl_c_of_the_caller_stops_its_job(head, tmp_path):
+    """A user's Ctrl-C (SIGINT) of the script waiting on a ray_job step stops the Ray
+    job: ``STOPPED`` within 30 s, its driver gone; a SIGKILL (above) does not."""
+    storage = str(tmp_path / "storage")
+    # RAY_ADDRESS names another cluster (as on a worker whose local-mode tasks join
+    # one): Ray's client would take it over the job server's address; ours does not.
+    caller = _orchestrate(tmp_path, head, storage, "rj-int", 30, name="int",
+                          EPOCH_DELAY="1.0", RAY_ADDRESS="127.0.0.1:9")
+    _wait_for_checkpoints(storage, "rj-int", 1, caller)
+    caller.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    caller.wait(timeout=120)
+    log = (tmp_path / "int.log").read_text()
+    assert caller.returncode != 0, log[-4000:]
+    assert "Stopped Ray job trainyard-train-rj-int-a1 (the task was cancelled)" in log
+    client = head.client()
+    while str(client.get_job_status("trainyard-train-rj-int-a1")) != "STOPPED":
+        assert time.monotonic() - interrupted < 30, client.get_job_info(
+            "trainyard-train-rj-int-a1")
+        time.sleep(0.2)
+    stopped_s = time.monotonic() - interrupted
+    info = client.get_job_info("trainyard-train-rj-int-a1")
+    if info.driver_info is not None:  # and its driver (the step's process) has exited
+        while psutil_alive(int(info.driver_info.pid)):
+            assert time.monotonic() - interrupted < 30, "the job's driver is still running"
+            time.sleep(0.2)
+    print(f"Ctrl-C to STOPPED: {stopped_s:.1f} s")
+
+
+def psutil_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_a_stopped_job_is_resubmitted_and_resumes(head, tmp_path):
     storage = str(tmp_path / "storage")
     first = _orchestrate(tmp_path, head, storage, "rj-stop", 5, name="first",
