@@ -159,6 +159,10 @@ def _run_files(path: str) -> dict:
     return out
 
 
+class _Activation:
+    """A config value that is not JSON (a class, as a model's config often holds)."""
+
+
 def test_a_run_name_is_its_config(ray_start_4_cpus, storage_path):
     """The same run name with another training config, scaling or datasets is refused
     before anything runs or is written, naming what differs and the ways on; the same
@@ -178,14 +182,15 @@ def test_a_run_name_is_its_config(ray_start_4_cpus, storage_path):
             run_config=RunConfig(name="same", storage_path=storage_path, verbose=0),
             **kwargs)
 
-    first = trainer({"lr": 0.1}).fit()
+    base = {"lr": 0.1, "act": _Activation}
+    first = trainer(base).fit()
     before = _run_files(first.path)
     for given, expected in [
-            (trainer({"lr": 0.5}), ["train_loop_config.lr: stored 0.1, given 0.5"]),
-            (trainer({"lr": 0.1, "epochs": 20}),
+            (trainer({**base, "lr": 0.5}), ["train_loop_config.lr: stored 0.1, given 0.5"]),
+            (trainer({**base, "epochs": 20}),
              ["train_loop_config.epochs: not stored, given 20"]),
-            (trainer({"lr": 0.1}, workers=2), ["scaling_config.num_workers: stored 1, given 2"]),
-            (trainer({"lr": 0.1}, datasets={"train": pd.DataFrame({"x": [1, 2]})}),
+            (trainer(base, workers=2), ["scaling_config.num_workers: stored 1, given 2"]),
+            (trainer(base, datasets={"train": pd.DataFrame({"x": [1, 2]})}),
              ["datasets.train: not stored, given \"DataFrame 2x1 "])]:
         with pytest.raises(RunConfigMismatchError) as info:
             given.fit()
@@ -196,12 +201,12 @@ def test_a_run_name_is_its_config(ray_start_4_cpus, storage_path):
         assert f"DataParallelTrainer.restore({first.path!r}).fit()" in message
         assert _run_files(first.path) == before  # nothing ran, nothing was written
     # The same config: the stored result, as before.
-    again = trainer({"lr": 0.1}).fit()
-    assert again.config == {"lr": 0.1} and again.checkpoint == first.checkpoint
+    again = trainer(dict(base)).fit()
+    assert again.config == base and again.checkpoint == first.checkpoint
     # The explicit way on with the stored run, even when given another config (Ray's
     # restore takes one): the finished run's result says what trained its checkpoint.
     restored = DataParallelTrainer.restore(first.path, train_loop_config={"lr": 0.5}).fit()
-    assert restored.config == {"lr": 0.1} and restored.metrics["lr"] == 0.1
+    assert restored.config["lr"] == 0.1 and restored.metrics["lr"] == 0.1
     assert restored.checkpoint.to_dict() == {"lr": 0.1}
 
 

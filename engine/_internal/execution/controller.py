@@ -175,12 +175,13 @@ class Controller:
                        self.storage.display(), self.spec.trainer_name)
         if self.record.state == RunState.FINISHED.value:
             logger.info("Run %s already finished; returning its result.", self.name)
-            stored = self.record.data.get("config")
-            if stored is not None and not self.spec.trial_info \
-                    and jsonable(self.spec.train_loop_config or {}) != jsonable(stored):
+            trained = (self.record.data.get("identity") or {}).get("train_loop_config")
+            if trained is not None and not self.spec.trial_info \
+                    and jsonable(self.spec.train_loop_config or {}) != trained:
                 # Trainer.restore with another config given: the Result says what
-                # trained its checkpoint, the stored one.
-                self.spec.train_loop_config = stored
+                # trained its checkpoint, the stored one. (The same config keeps the
+                # caller's values, objects included.)
+                self.spec.train_loop_config = self.record.data.get("config", trained)
             self.checkpoints.load()
             self._finished_result = self._result(done=True)
             return RunState.FINISHED
