@@ -404,6 +404,7 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
         # sends its logs and runs its exit handlers); stopping the worker now could end
         # it before its audit record is written.
         records = _audit_records(audit, flow_run.id, wait_s=120)
+        cancelled = _cancel_while_training(head, env)
     worker_log = (logs / "worker.log").read_text()
     assert flow_run.state is not None and flow_run.state.is_completed(), \
         f"{flow_run.state}\n--- worker log ---\n{worker_log[-6000:]}"
@@ -424,6 +425,10 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     direct_drivers = {j.driver_info.pid for j in jobs if str(j.type) == "DRIVER"
                       and j.driver_info is not None}
     assert not flow_pids & {int(p) for p in direct_drivers}, "the flow run called ray.init()"
+    # A user's cancel of a flow run (`prefect flow-run cancel`) stopped its Ray job.
+    assert cancelled["status"] == "STOPPED" and cancelled["seconds"] < 30, cancelled
+    assert cancelled["state"] in ("CANCELLED", "CANCELLING"), cancelled
+    print(f"flow run cancelled to STOPPED: {cancelled['seconds']:.1f} s")
     # Promoted, and it scores the same in local mode.
     pointer = json.loads((storage / "models" / "digits" / "production.json").read_text())
     assert pointer["decision"] == "promoted"
@@ -438,6 +443,46 @@ def test_retrain_deployment_in_ray_job_mode(head, tmp_path):
     here = core.evaluate(ckpt, splits["validation"], output_dir=str(tmp_path / "eval"),
                          execution="local")
     assert here["accuracy"] == in_job["accuracy"] and here["log_loss"] == in_job["log_loss"]
+
+
+def _cancel_while_training(head, env: dict) -> dict:
+    """Run the deployment again with long epochs, and once its train step's Ray job runs,
+    cancel the flow run as a user does (``prefect flow-run cancel``): how long until the
+    job is STOPPED, and the flow run's final state."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from tests.support.prefect_server import prefect
+
+    flow_run = run_deployment(
+        "retrain/retrain-digits-ray-job", timeout=0,
+        parameters={"tune_epochs": 1, "train_epochs": 30, "num_workers": 1,
+                    "param_space": {"lr": {"grid_search": [0.005]}},
+                    "train_config": {"epoch_delay_s": 2.0}, "gate": {"accuracy": ">=0.3"}})
+    owner = f"prefect:{flow_run.id}"
+    client = head.client()
+
+    def train_job():
+        return next((j for j in client.list_jobs()
+                     if (j.metadata or {}).get("trainyard_orchestrator_run") == owner
+                     and (j.metadata or {}).get("trainyard_step") == "train"
+                     and str(j.status) == "RUNNING"), None)
+
+    deadline = time.monotonic() + 600
+    while (job := train_job()) is None:
+        assert time.monotonic() < deadline, "the second flow run's train job never ran"
+        time.sleep(0.5)
+    prefect("flow-run", "cancel", str(flow_run.id), env=env)
+    cancelled_at = time.monotonic()
+    while str(client.get_job_status(job.submission_id)) != "STOPPED":
+        if time.monotonic() - cancelled_at > 60:
+            break
+        time.sleep(0.2)
+    seconds = time.monotonic() - cancelled_at
+    status = str(client.get_job_status(job.submission_id))
+    with get_client(sync_client=True) as api:
+        state = api.read_flow_run(flow_run.id).state.type.value
+    return {"status": status, "seconds": seconds, "state": state}
 
 
 def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_path):
