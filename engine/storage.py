@@ -14,9 +14,9 @@ only (``engine._internal`` is the engine's own). A storage root is a local absol
     st.read_commit_marker(join(st.root, "datasets", "digits-ab12"))  # -> {"rows": 1797}
 
 Names:
-    Storage: a filesystem and a root in it; atomic writes, moves, deletions, uploads and
+    Storage: a filesystem and a root in it; atomic writes, moves, deletions, uploads,
         the atomic directory commit (``commit_dir``, ``write_commit_marker``,
-        ``read_commit_marker``).
+        ``read_commit_marker``) and a compare-and-swap of a JSON file (``update_json``).
     resolve: ``(pyarrow filesystem, path inside it)`` for a path or URI.
     default_root: the storage root (an explicit one, ``$TRAINYARD_STORAGE_PATH``, or
         ``~/trainyard_results``).

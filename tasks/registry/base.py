@@ -24,6 +24,31 @@ class RegistryError(TrainyardError):
     retry of ``promote`` records the decision once."""
 
 
+class AliasMovedError(RegistryError):
+    """The alias moved to another checkpoint between the gate's reading of it and the
+    promotion (another promoter got there first): this decision was made against a
+    champion that no longer holds the alias, so it did not move it. ``promote`` then
+    decides again against the new champion; it raises this only if the alias keeps
+    moving."""
+
+    def __init__(self, pipeline: str, alias: str, expected: Optional[str],
+                 now: Optional[str]) -> None:
+        self.expected, self.now = expected, now
+        super().__init__(
+            f"{pipeline}@{alias} moved from {expected or 'nothing'} to {now or 'nothing'} "
+            "while this promotion was being decided, so it was not moved: another "
+            "promoter changed it meanwhile. Promote again; the gate then compares "
+            "against the new champion.")
+
+
+def check_unmoved(record: Dict[str, Any], now: Optional[str]) -> None:
+    """Raise :class:`AliasMovedError` unless the alias still points where the gate saw
+    it (``record["previous"]``), or already at this candidate (a retry)."""
+    expected = (record.get("previous") or {}).get("uri")
+    if now not in (expected, record["checkpoint"]["uri"]):
+        raise AliasMovedError(record["pipeline"], record["alias"], expected, now)
+
+
 class Registry(abc.ABC):
     """Where aliases live: which checkpoint an alias points at, and every decision on it."""
 
@@ -33,8 +58,9 @@ class Registry(abc.ABC):
 
     @abc.abstractmethod
     def record(self, record: Dict[str, Any], context: Dict[str, Any]) -> Tuple[str, str]:
-        """Keep one decision, then (promoted) move the alias; returns ``(pointer URI,
-        entry URI)``, redacted."""
+        """Keep one decision, then (promoted) move the alias, only if it still points at
+        ``record["previous"]`` (else :class:`AliasMovedError`, the alias untouched);
+        returns ``(pointer URI, entry URI)``, redacted."""
 
     @abc.abstractmethod
     def history(self, pipeline: str, alias: str) -> List[Dict[str, Any]]:

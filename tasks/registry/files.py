@@ -6,7 +6,11 @@
 Each decision (promoted or rejected) is written first as its own history file (a new
 name each time, so concurrent promoters never overwrite each other's entries); only a
 promotion then replaces the pointer, atomically (rename on local disks, one PUT on
-object stores). A reader sees the old pointer or the new one, never a mix.
+object stores). A reader sees the old pointer or the new one, never a mix. The pointer
+is replaced only if it still names the champion the gate judged against: a
+compare-and-swap under an ``flock`` on local disks, a PUT conditional on the ETag on S3
+(``Storage.update_json``). A promotion that lost that race is kept in the history as
+``superseded``, and ``promote`` decides again.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from engine.storage import Storage, default_root, join, redact
 from tasks import layout
 from tasks.refs import CheckpointRef
-from tasks.registry.base import Registry
+from tasks.registry.base import AliasMovedError, Registry, check_unmoved
 
 HISTORY_DIR = "history"
 
@@ -45,7 +49,19 @@ class FileRegistry(Registry):
         pointer = pointer_uri(self.root, pipeline, alias)
         if record["decision"] == "promoted":
             pst = Storage.from_path(pointer)
-            pst.write_json_atomic(pst.root, dict(record, entry=redact(entry_uri)))
+
+            def moved(current: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+                check_unmoved(record, None if current is None
+                              else current.get("checkpoint", {}).get("uri"))
+                return dict(record, entry=redact(entry_uri))
+
+            try:  # compare-and-swap: atomic against other promoters (flock / If-Match)
+                pst.update_json(pst.root, moved)
+            except AliasMovedError as exc:
+                st.write_json_atomic(st.root, dict(
+                    record, context=context, decision="superseded",
+                    reasons=record["reasons"] + [str(exc)]))
+                raise
         return redact(pointer), redact(entry_uri)
 
     def history(self, pipeline: str, alias: str) -> List[Dict[str, Any]]:

@@ -21,7 +21,7 @@ import json
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from engine.exceptions import ConfigError
-from tasks.registry.base import Registry, RegistryError
+from tasks.registry.base import AliasMovedError, Registry, RegistryError, check_unmoved
 from tasks.refs import CheckpointRef
 
 T = TypeVar("T")
@@ -118,6 +118,21 @@ class MlflowRegistry(Registry):
             if REJECTED_TAG in (version.tags or {}):
                 self._call("clear the rejected tag", lambda: self.client.
                            delete_model_version_tag(name, version.version, REJECTED_TAG))
+            # MLflow has no conditional alias update: the alias is read again just
+            # before it is set, which narrows a race between promoters to one request.
+            now = self._call(f"read alias {name}@{alias}",
+                             lambda: self._by_alias(name, alias))
+            try:
+                check_unmoved(record, None if now is None
+                              else _checkpoint_of(now, name).uri)
+            except AliasMovedError as exc:
+                key = f"{TAG}{alias}.decision"
+                superseded = _tags(dict(record, decision="superseded", reasons=record[
+                    "reasons"] + [str(exc)]), context)[key]
+                self._call(f"tag version {version.version} of {name!r}",
+                           lambda: self.client.set_model_version_tag(
+                               name, version.version, key, superseded))
+                raise
             self._call(f"point {name}@{alias} at version {version.version}",
                        lambda: self.client.set_registered_model_alias(
                            name, alias, version.version))

@@ -15,12 +15,14 @@ from engine.storage import Storage
 from tasks import layout
 from tasks.refs import CheckpointRef, DatasetRef, Promotion
 from tasks.registry import gates
-from tasks.registry.base import check_alias
+from tasks.registry.base import AliasMovedError, check_alias
 from tasks.registry.factory import open_registry
 from tasks.steps.data import DatasetLike
 from tasks.steps.prediction import CheckpointLike, evaluation_dir, evaluate
 
 logger = logging.getLogger("tasks")
+# Decisions made before giving up when other promoters keep moving the alias meanwhile.
+_DECISIONS = 3
 
 
 def promote(checkpoint: CheckpointLike, metrics: Mapping[str, Any],
@@ -55,7 +57,12 @@ def promote(checkpoint: CheckpointLike, metrics: Mapping[str, Any],
             ``metrics`` lacks, metrics of another checkpoint or data set, or a champion
             condition with no ``dataset`` to evaluate the champion on.
         RegistryError: the registry could not be reached; the alias did not move, and
-            a retry promotes once.
+            a retry promotes once. (``AliasMovedError``: other promoters moved the alias
+            during each of three decisions; it points at one of theirs.)
+
+    A decision moves the alias only if it still points at the champion the gate judged
+    against (another promoter may have moved it meanwhile); if it moved, the decision
+    is kept as ``superseded`` and taken again against the new champion.
     """
     from pipelines import get_pipeline
 
@@ -68,14 +75,21 @@ def promote(checkpoint: CheckpointLike, metrics: Mapping[str, Any],
     conditions = gates.parse_gate(gate)
     reg = open_registry(registry, ckpt.storage)
     pipeline = ckpt.pipeline or ckpt.framework
-    previous = reg.current(pipeline, alias)
-    champion = None
-    if previous is not None and gates.has_champion_condition(conditions):
-        champion = _champion_metrics(previous, metrics, dataset)
     context = {"engine_run": ckpt.run_name, "run_id": run_id,
                "data_fingerprint": metrics.get("dataset_fingerprint")}
-    decision = gates.decide(ckpt, metrics, alias, gate, reg, previous, champion,
-                                context)
+    for attempt in range(_DECISIONS):
+        previous = reg.current(pipeline, alias)
+        champion = None
+        if previous is not None and gates.has_champion_condition(conditions):
+            champion = _champion_metrics(previous, metrics, dataset)
+        try:  # the alias moves only if it still points at ``previous``
+            decision = gates.decide(ckpt, metrics, alias, gate, reg, previous, champion,
+                                    context)
+            break
+        except AliasMovedError as exc:
+            if attempt + 1 == _DECISIONS:
+                raise
+            logger.warning("%s Deciding again.", exc)
     logger.info("%s %s as %s/%s: %s", "Promoted" if decision.promoted else "Did not promote",
                 ckpt.uri, decision.pipeline, alias, "; ".join(decision.reasons) or "no gate")
     return decision

@@ -99,6 +99,17 @@ def test_a_rejected_candidate_is_tagged_and_does_not_move_the_alias(tmp_path, tr
     assert core.resolve_alias("digits", registry=registry) == champ
     assert [h["decision"] for h in core.alias_history("digits", registry=registry)] == [
         "promoted", "rejected"]
+    # A decision made against a champion that no longer holds the alias (it read the
+    # alias before another promoter moved it) does not move it, and says so.
+    from tasks.registry import AliasMovedError, decide, open_registry
+
+    late = _ckpt(tmp_path, "checkpoint_000003")
+    with pytest.raises(AliasMovedError, match="moved from nothing to"):
+        decide(late, _metrics(late, 0.99), "production", {}, open_registry(registry, None),
+               previous=None)
+    assert client.get_model_version_by_alias("digits", "production").source == champ.uri
+    assert [h["decision"] for h in core.alias_history("digits", registry=registry)] == [
+        "promoted", "rejected", "superseded"]
 
 
 def test_a_registry_failure_leaves_the_alias_and_a_retry_promotes_once(tmp_path,

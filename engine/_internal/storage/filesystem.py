@@ -52,6 +52,7 @@ _UPLOAD_THREADS = 8
 # Reads of an object store file that a writer replaced meanwhile, before giving up.
 _WHOLE_READ_ATTEMPTS = 8
 _warned_no_sdk: List[bool] = []  # the pyarrow-only read is warned of once a process
+_warned_no_cas: List[bool] = []  # and the unchecked read-modify-write
 _COPY_CHUNK = 8 * 1024 * 1024
 logger = logging.getLogger("engine")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -325,6 +326,74 @@ class Storage:
 
     def write_json_atomic(self, path: str, obj: Any) -> None:
         self.write_bytes_atomic(path, json.dumps(obj, indent=1, default=str).encode("utf-8"))
+
+    def update_json(self, path: str, change: Callable[[Optional[Any]], Any],
+                    attempts: int = 5) -> Any:
+        """Read-modify-write of a JSON file, atomic against other writers of it.
+
+        ``change(current)`` gets the parsed file (None when there is none) and returns
+        what to write, or raises to write nothing (its exception propagates). The
+        result is written only if the file is still what ``change`` saw: on a local
+        disk the read and the write hold an exclusive ``flock`` on a lock file beside
+        it (released by the kernel if the process dies); on S3 the write is a PUT
+        conditional on the ETag the read returned (``If-Match``, or ``If-None-Match``
+        for a new file), and a refused PUT reads again and calls ``change`` again.
+        Returns what was written. Other object stores, and S3 without boto3, read then
+        write without that check (warned of once)."""
+        if self.local:
+            return self._update_local(path, change)
+        client = self._sdk_client()
+        if client is None:
+            if not _warned_no_cas:
+                _warned_no_cas.append(True)
+                logger.warning("%s cannot write conditionally (S3 through boto3 can: pip "
+                               "install 'trainyard[s3]'): read-modify-writes of it are "
+                               "not checked against concurrent writers.", self.display())
+            new = change(self.read_json(path))
+            self.write_json_atomic(path, new)
+            return new
+        shown = self.display(path)
+        for _attempt in range(attempts):
+            data, etag = self._read_with_etag(client, path, shown)
+            new = change(None if data is None else json.loads(data.decode("utf-8")))
+            encoded = json.dumps(new, indent=1, default=str).encode("utf-8")
+            if self._put_if_unchanged(client, path, encoded, shown, etag):
+                return new
+        raise StorageError(
+            f"{shown} was replaced by another writer during each of {attempts} updates "
+            "of it: something rewrites it without pause; stop it and try again.")
+
+    @retrying
+    def _read_with_etag(self, client: Any, path: str, shown: str) -> Any:
+        return _s3.read_with_etag(client, path, shown)
+
+    @retrying
+    @_writes
+    def _put_if_unchanged(self, client: Any, path: str, data: bytes, shown: str,
+                          etag: Optional[str]) -> bool:
+        if _s3.put_if_unchanged(client, path, data, shown, etag) is not None:
+            return True
+        # Refused: another writer's change, or this PUT's own earlier try that went
+        # through before its answer was lost (the retry then finds its own bytes).
+        _now, current = _s3.read_with_etag(client, path, shown)
+        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        return current is not None and current.strip('"') == md5
+
+    @_writes
+    def _update_local(self, path: str, change: Callable[[Optional[Any]], Any]) -> Any:
+        import fcntl
+
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        lock = os.path.join(directory, f".{os.path.basename(path)}.lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            new = change(self.read_json(path))
+            self.write_json_atomic(path, new)
+            return new
+        finally:
+            os.close(fd)  # releases the lock
 
     @retrying
     @_writes

@@ -160,6 +160,20 @@ def _call(client: Any, what: str, shown: str, fn: Any, **kwargs: Any) -> Any:
                            code=type(exc).__name__, status=None) from exc
 
 
+def read_with_etag(client: Any, path: str, shown: str) -> Tuple[Optional[bytes],
+                                                                  Optional[str]]:
+    """``(bytes, ETag)`` of the object at ``bucket/key`` ``path`` from one GET, or
+    ``(None, None)`` when there is none: what a conditional PUT then checks against."""
+    bucket, _, key = path.partition("/")
+    try:
+        out = _call(client, "GET", shown, client.get_object, Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return None, None
+    if out is None:
+        return None, None
+    return out["Body"].read(), out["ETag"]
+
+
 def etag_of(client: Any, path: str, shown: str) -> Optional[str]:
     """The ETag of the object at ``bucket/key`` ``path``; None when there is none."""
     bucket, _, key = path.partition("/")

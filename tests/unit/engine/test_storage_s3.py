@@ -78,6 +78,33 @@ def test_a_record_read_while_its_writer_replaces_it_is_one_version_whole(st):
     assert short in seen and long in seen  # the reads did overlap the replaces
 
 
+def test_update_json_is_a_compare_and_swap_against_another_writer(st, s3_storage_path):
+    """A read-modify-write whose object another process replaced between its read and
+    its PUT: the conditional PUT is refused, and the change is made again on top of
+    the other writer's version; nothing the other wrote is lost."""
+    path = f"{st.root}/models/production.json"
+    other = Storage.from_path(s3_storage_path)  # a second writer, its own client
+    st.write_json_atomic(path, {"writers": ["first"]})
+    seen = []
+
+    def add(current):
+        seen.append(list(current["writers"]))
+        if len(seen) == 1:  # the other writer's update lands between read and write
+            other.update_json(path, lambda c: {"writers": c["writers"] + ["other"]})
+        return {"writers": current["writers"] + ["mine"]}
+
+    assert st.update_json(path, add) == {"writers": ["first", "other", "mine"]}
+    assert seen == [["first"], ["first", "other"]]
+    assert st.read_json(path) == {"writers": ["first", "other", "mine"]}
+    # A new file: created only if nobody else created it meanwhile (If-None-Match).
+    fresh = f"{st.root}/models/staging.json"
+    assert st.update_json(fresh, lambda c: {"was": c}) == {"was": None}
+    # What change() raises leaves the file as it was.
+    with pytest.raises(KeyError):
+        st.update_json(fresh, lambda c: c["missing"])
+    assert st.read_json(fresh) == {"was": None}
+
+
 def test_without_boto3_reads_go_through_pyarrow_and_say_so_once(st, monkeypatch, caplog):
     """boto3 comes with ``trainyard[s3]``; without it S3 is read through pyarrow alone,
     with one warning a process that a read overlapping a replace is only retried."""

@@ -148,3 +148,59 @@ def test_builtin_pipelines_gate_on_a_floor_and_the_champion():
         conds = _registry.parse_gate(get_pipeline(name).gate)
         assert ("accuracy", ">=", 0.9) in conds
         assert ("accuracy", ">=", _registry.ChampionBound()) in conds
+
+
+def test_two_promoters_racing_each_move_the_alias_only_from_the_champion_they_judged(
+        tmp_path):
+    """Two promoters decide against the same champion at once. Each moves the alias only
+    if it still points at that champion (a compare-and-swap under the pointer's lock): the
+    one that lost the race decides again against the winner, so the alias ends at the
+    better candidate and each promotion in the history replaced the one before it."""
+    import fcntl
+    import threading
+
+    champ, first, second = (_ckpt(tmp_path, f"checkpoint_00000{i}") for i in (1, 2, 3))
+    core.promote(champ, _metrics(champ, 0.90), gate={})
+    for ckpt, acc in ((champ, 0.90), (first, 0.95), (second, 0.97)):
+        _cache(ckpt, _metrics(ckpt, acc))
+    registry = tmp_path / "models" / "digits"
+    history_dir = registry / "history" / "production"
+    # Hold the pointer's lock as a promoter in the middle of its swap would, until both
+    # racers have decided against ``champ`` and wait on it.
+    lock = os.open(registry / ".production.json.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    gate = {"accuracy": ">=champion"}
+    results, errors = {}, []
+
+    def promote(ckpt, acc):
+        try:
+            results[ckpt.uri] = core.promote(ckpt, _metrics(ckpt, acc), gate=gate)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    racers = [threading.Thread(target=promote, args=a) for a in ((first, 0.95),
+                                                                  (second, 0.97))]
+    for t in racers:
+        t.start()
+    while len(os.listdir(history_dir)) < 3 and all(t.is_alive() for t in racers):
+        threading.Event().wait(0.01)
+    os.close(lock)
+    for t in racers:
+        t.join(30)
+    assert not errors, errors
+    assert core.resolve_alias("digits", storage=str(tmp_path)) == second
+    history = core.alias_history("digits", storage=str(tmp_path))
+    decisions = [h["decision"] for h in history]
+    assert decisions.count("superseded") == 1, decisions
+    superseded = next(h for h in history if h["decision"] == "superseded")
+    assert superseded["previous"]["uri"] == champ.uri
+    assert "moved from" in superseded["reasons"][-1]
+    # Every promotion replaced the one before it: a chain from the champion.
+    promoted = [h for h in history if h["decision"] == "promoted"]
+    assert [h["previous"] and h["previous"]["uri"] for h in promoted[1:]] == \
+        [h["checkpoint"]["uri"] for h in promoted[:-1]]
+    assert promoted[-1]["checkpoint"]["uri"] == second.uri
+    # The loser's decision taken again compared it with the winner, not the old champion.
+    loser = first if superseded["checkpoint"]["uri"] == first.uri else second
+    again = results[loser.uri]
+    assert again.previous is not None and again.previous.uri != champ.uri
