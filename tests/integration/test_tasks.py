@@ -97,6 +97,60 @@ def test_a_data_set_without_commit_marker_is_never_used_and_gets_replaced(tmp_pa
     assert not [n for n in os.listdir(os.path.dirname(first.uri)) if n.startswith(".")]
 
 
+def test_a_stalled_ingest_that_resumes_after_another_committed_keeps_the_data_set(
+        tmp_path):
+    """A data set's name is its content's fingerprint and its commit is first-writer-wins,
+    so a writer that stalls (SIGSTOP) mid-write while another ingests the same source
+    and commits it cannot damage it: resumed, it finds the committed copy, returns it,
+    and leaves nothing behind. (A fence would protect nothing more here: a late writer
+    can only commit the same bytes, and it does not even do that.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow as pa
+
+    source = tmp_path / "events.parquet"
+    n = 1_500_000
+    pq.write_table(pa.table({"x": np.arange(n, dtype=np.int64),
+                             "y": np.arange(n, dtype=np.float64) * 0.5}), source)
+    storage = tmp_path / "st"
+    datasets = storage / "datasets"
+    code = ("import json, sys; from tasks import steps; "
+            "print(json.dumps(steps.ingest(sys.argv[1], storage=sys.argv[2]).to_dict()))")
+    cmd = [sys.executable, "-c", code, str(source), str(storage)]
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    stalled = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    try:
+        while not (datasets.exists() and any(p.name.startswith(".staging-")
+                                             for p in datasets.iterdir())):
+            assert stalled.poll() is None, "the writer finished before it was stopped"
+            time.sleep(0.001)
+        os.kill(stalled.pid, signal.SIGSTOP)  # mid-write, its staging half full
+        winner = DatasetRef.from_dict(json.loads(subprocess.run(
+            cmd, stdout=subprocess.PIPE, env=env, check=True).stdout))
+        assert winner.num_rows == n
+        before = _frame(winner)
+        committed = {f: os.stat(os.path.join(winner.uri, f)).st_ino
+                     for f in os.listdir(winner.uri)}
+        os.kill(stalled.pid, signal.SIGCONT)
+        out, _ = stalled.communicate(timeout=120)
+    finally:
+        if stalled.poll() is None:
+            os.kill(stalled.pid, signal.SIGCONT)
+            stalled.kill()
+    assert stalled.returncode == 0
+    late = DatasetRef.from_dict(json.loads(out))
+    assert (late.uri, late.fingerprint, late.num_rows) == \
+        (winner.uri, winner.fingerprint, winner.num_rows)
+    pd.testing.assert_frame_equal(_frame(late), before)
+    # The committed copy was not replaced (a reader of it meanwhile was never cut off).
+    assert {f: os.stat(os.path.join(winner.uri, f)).st_ino
+            for f in os.listdir(winner.uri)} == committed
+    assert sorted(p.name for p in datasets.iterdir()) == [os.path.basename(winner.uri)]
+
+
 def test_a_data_set_written_by_the_previous_version_is_still_committed(tmp_path):
     """Before data sets committed through Storage.commit_dir, their manifest
     ``_dataset.json`` was the commit: such a data set is reused and split, not rewritten."""
