@@ -114,7 +114,7 @@ class _StepOperator(_PythonDecoratedOperator):
 
     def execute_complete(self, context: Any, event: Optional[Dict[str, Any]] = None,
                          **_kwargs: Any) -> Any:
-        token = _RESUME.set(dict(event or {}))
+        token = _RESUME.set(dict(event or {}, **_kwargs))
         try:
             return self.execute(context)
         finally:
@@ -143,17 +143,24 @@ def _run_step(step: str, mode: Optional[str], **kwargs: Any) -> Any:
                          run_id=_orchestrator_run_id(), token=ray_job_token()):
         job = _call(ray_jobs.plan, step, kwargs)
         event = _RESUME.get()
-        if event:
+        rerun = bool(event) and event["status"] == "STOPPED" and _call(
+            job.stopped_for_a_rerun, event["submission_id"], event.get("reattached_at"))
+        if event and not rerun:
             return _call(job.outcome, event["submission_id"], event["status"])
+        if rerun:  # cleared while it waited: this rerun runs the job's next attempt
+            logger.warning("Ray job %s was stopped because its task was cleared; this "
+                           "rerun submits the next attempt.", event["submission_id"])
         submission_id = job.submit_or_attach()
     from tasks.airflow.triggers import RayJobTrigger
 
     logger.info("Deferring while Ray job %s runs (the triggerer follows it).", submission_id)
     # The trigger is stored in the metadata database: it names the connection, and reads
-    # the token from it in the triggerer.
+    # the token from it in the triggerer. A re-attach is noted for the resume (see
+    # StepJob.stopped_for_a_rerun).
     raise TaskDeferred(trigger=RayJobTrigger(job.address, submission_id, TRIGGER_POLL_S,
                                              conn_id=ray_conn_id()),
-                       method_name="execute_complete")
+                       method_name="execute_complete",
+                       kwargs={"reattached_at": job.reattached_at})
 
 
 # --- tasks ------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ from tasks.ray_jobs.settings import (ENTRY_MODULE, FORWARDED_ENV_VARS, JOBS_DIR,
                                      poll_intervals, poll_seconds, strip_secrets)
 
 logger = logging.getLogger("tasks.jobs")
+#: Seconds after a re-attach within which the job's ``STOPPED`` end is taken for the
+#: stop of a cleared try (``StepJob.stopped_for_a_rerun``), not a stop by hand.
+RERUN_STOP_WINDOW_S = 60.0
 
 
 @dataclass
@@ -60,6 +63,7 @@ class StepJob:
     orchestrator_run_id: Optional[str] = None
     token: Optional[str] = field(default=None, repr=False)  # see settings.job_token
     _client: Any = field(default=None, repr=False)
+    _reattached_at: Optional[float] = field(default=None, repr=False)
 
     # --- where things are ---------------------------------------------------------------
     @property
@@ -94,7 +98,9 @@ class StepJob:
         if latest is not None and str(latest.status) in ("PENDING", "RUNNING", "SUCCEEDED"):
             logger.info("Re-attaching to Ray job %s (%s).", latest.submission_id,
                         latest.status)
+            self._reattached_at = time.time() if str(latest.status) != "SUCCEEDED" else None
             return latest.submission_id
+        self._reattached_at = None
         attempt = 1 if latest is None else int(
             ATTEMPT_RE.search(latest.submission_id).group(1)) + 1
         if latest is not None:
@@ -206,6 +212,29 @@ class StepJob:
                 logger.warning("Ray job server %s did not answer (%s); asking again.",
                                self.address, first_line(exc))
                 time.sleep(2.0)
+
+    @property
+    def reattached_at(self) -> Optional[float]:
+        """When :meth:`submit_or_attach` re-attached to a pending or running job (None:
+        it submitted one, or found one that had succeeded)."""
+        return self._reattached_at
+
+    def stopped_for_a_rerun(self, submission_id: str, reattached_at: Optional[float]
+                            ) -> bool:
+        """Whether the job this attempt re-attached to was stopped for this attempt's
+        sake: a user cleared the task while it waited on the job, so the triggerer
+        stopped the job (the cleared try's ``on_kill``) just as the new try found it
+        still running and re-attached. The job then ends ``STOPPED`` within
+        :data:`RERUN_STOP_WINDOW_S` of the re-attach; the rerun the user asked for
+        should submit the next attempt, not fail with the stop meant for its
+        predecessor. A job stopped later (``ray job stop`` by hand) still fails the
+        task."""
+        if reattached_at is None:
+            return False
+        info = self.client.get_job_info(submission_id)
+        ended = (info.end_time or 0) / 1000.0
+        return str(info.status) == "STOPPED" and \
+            reattached_at - 5.0 <= ended <= reattached_at + RERUN_STOP_WINDOW_S
 
     def stop(self, submission_id: str) -> None:
         """Stop the job (a cancelled orchestrator task must not leave it running)."""

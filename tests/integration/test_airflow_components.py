@@ -149,11 +149,12 @@ def _ti_state(airflow: AirflowCluster, dag_id: str, run_id: str, task_id: str) -
 
 
 def _train_job(head, run_id: str):
-    """The Ray job of the run's train step (its metadata names the orchestrator run)."""
+    """The latest Ray job of the run's train step (its metadata names the orchestrator
+    run; its submission id ends with the attempt, ``-a<n>``)."""
     jobs = [j for j in head.client().list_jobs()
             if (j.metadata or {}).get("trainyard_step") == "train"
             and run_id in (j.metadata or {}).get("trainyard_orchestrator_run", "")]
-    return jobs[-1] if jobs else None
+    return max(jobs, key=lambda j: int(j.submission_id.rsplit("-a", 1)[1]), default=None)
 
 
 def test_a_deferred_ray_job_task_gives_its_pool_slot_back_and_resumes(airflow, head):
@@ -187,33 +188,56 @@ def test_a_deferred_ray_job_task_gives_its_pool_slot_back_and_resumes(airflow, h
     assert (ours["accuracy"], ours["log_loss"]) == (theirs["accuracy"], theirs["log_loss"])
 
 
-def test_marking_a_deferred_ray_job_task_failed_stops_its_job(airflow, head):
-    """A user's cancel: the deferred train task marked failed through the REST API stops
-    its Ray job (``STOPPED`` within 30 s) and the run fails; nothing is left running."""
-    run_id = airflow.trigger(RETRAIN, {**RAY_JOB, "train_epochs": 20,
-                                       "train_config": {"epoch_delay_s": 3.0}})
-    airflow.wait_for(lambda: _ti_state(airflow, RETRAIN, run_id, "train") == "deferred",
-                     600, "the train task deferred")
-    job = airflow.wait_for(lambda: (lambda j: j if j and str(j.status) == "RUNNING"
-                                    else None)(_train_job(head, run_id)),
-                           120, "the train step's job running")
-    airflow.api("PATCH", f"/dags/{RETRAIN}/dagRuns/{run_id}/taskInstances/train",
-                json={"new_state": "failed"})
+def test_clearing_or_marking_failed_a_deferred_ray_job_task_stops_its_job(airflow, head):
+    """A user's cancel, both ways, through the REST API. Clearing the deferred train task
+    stops its Ray job (``STOPPED`` within 30 s) and runs the task again, which submits
+    the job's next attempt; marking that one failed stops it too and fails the run.
+    Nothing is left running."""
     import time
 
-    marked = time.monotonic()
-    airflow.wait_for(lambda: str(head.client().get_job_status(job.submission_id))
-                     == "STOPPED", 30, f"Ray job {job.submission_id} stopped")
-    print(f"marked failed to STOPPED: {time.monotonic() - marked:.1f} s")
-    run = airflow.wait_run(RETRAIN, run_id)
-    assert run["state"] == "failed", airflow.describe(RETRAIN, run_id)
     import psutil
 
-    driver = head.client().get_job_info(job.submission_id).driver_info
-    if driver is not None:  # the step's process on the cluster has exited too
-        airflow.wait_for(lambda: not psutil.pid_exists(int(driver.pid))
-                         or psutil.Process(int(driver.pid)).status() == "zombie",
-                         30, "the job's driver to exit")
+    run_id = airflow.trigger(RETRAIN, {**RAY_JOB, "train_epochs": 20,
+                                       "train_config": {"epoch_delay_s": 3.0}})
+
+    def running_job(other_than=None):
+        def found():
+            job = _train_job(head, run_id)
+            return job if job is not None and str(job.status) == "RUNNING" \
+                and job.submission_id != other_than else None
+        return airflow.wait_for(found, 300, "the train step's job running")
+
+    def stopped_within_30_s(job, since, what):
+        airflow.wait_for(lambda: str(head.client().get_job_status(job.submission_id))
+                         == "STOPPED", 30, f"Ray job {job.submission_id} stopped")
+        print(f"{what} to STOPPED: {time.monotonic() - since:.1f} s")
+
+    def deferred():
+        airflow.wait_for(lambda: _ti_state(airflow, RETRAIN, run_id, "train") == "deferred",
+                         600, "the train task deferred")
+
+    deferred()
+    first = running_job()
+    airflow.api("POST", f"/dags/{RETRAIN}/clearTaskInstances", json={
+        "dag_run_id": run_id, "task_ids": ["train"], "dry_run": False,
+        "only_failed": False, "reset_dag_runs": False})
+    stopped_within_30_s(first, time.monotonic(), "cleared")
+    second = running_job(other_than=first.submission_id)
+    assert second.submission_id.endswith("-a2"), second.submission_id
+    deferred()
+    # The rerun the user asked for is one try, not a failure and a retry.
+    assert airflow.task_instances(RETRAIN, run_id)["train"]["try_number"] == 2
+    airflow.api("PATCH", f"/dags/{RETRAIN}/dagRuns/{run_id}/taskInstances/train",
+                json={"new_state": "failed"})
+    stopped_within_30_s(second, time.monotonic(), "marked failed")
+    run = airflow.wait_run(RETRAIN, run_id)
+    assert run["state"] == "failed", airflow.describe(RETRAIN, run_id)
+    for job in (first, second):  # the steps' processes on the cluster have exited too
+        driver = head.client().get_job_info(job.submission_id).driver_info
+        if driver is not None:
+            airflow.wait_for(lambda: not psutil.pid_exists(int(driver.pid))
+                             or psutil.Process(int(driver.pid)).status() == "zombie",
+                             30, "the job's driver to exit")
 
 
 def test_the_retrain_schedule_creates_a_run_that_succeeds(airflow):

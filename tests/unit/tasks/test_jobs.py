@@ -272,3 +272,32 @@ def test_the_step_joins_the_cluster_the_background_connection_is_joining(monkeyp
     background.join()
     assert connected.is_set()
     assert calls == [{"address": "127.0.0.1:6379", "log_to_driver": True}]
+
+
+def test_only_a_stop_just_after_a_re_attach_is_taken_for_a_cleared_tasks_rerun(tmp_path):
+    """The Airflow rerun of a cleared task may re-attach to the job its predecessor's
+    trigger is stopping; that STOPPED, seconds after the re-attach, makes the rerun submit
+    the next attempt. A stop long after it (``ray job stop`` by hand), one of a job this
+    try submitted itself, or another end, still ends the task with the job's outcome."""
+    import time
+    from types import SimpleNamespace
+
+    from tasks.ray_jobs.submission import RERUN_STOP_WINDOW_S
+
+    job = _jobs.StepJob(step="train", kwargs={}, name="trainyard-train-r",
+                        storage=str(tmp_path), address="http://head:8265")
+    now = time.time()
+    ended = {}
+
+    class Server:
+        def get_job_info(self, submission_id):
+            return SimpleNamespace(status=ended["status"], end_time=ended["at"] * 1000)
+
+    job._client = Server()
+    for status, at, reattached_at, rerun in (
+            ("STOPPED", now + 4, now, True),
+            ("STOPPED", now + 2 * RERUN_STOP_WINDOW_S, now, False),
+            ("STOPPED", now + 4, None, False),
+            ("FAILED", now + 4, now, False)):
+        ended.update(status=status, at=at)
+        assert job.stopped_for_a_rerun("trainyard-train-r-a1", reattached_at) is rerun
