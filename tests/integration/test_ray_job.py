@@ -503,6 +503,14 @@ def test_train_as_a_ray_job_on_s3_storage(head, tmp_path, s3_server, s3_storage_
     assert any(k.startswith(f"{prefix}/jobs/trainyard-train-rj-s3/") for k in keys)
     info = head.client().get_job_info("trainyard-train-rj-s3-a1")
     assert FAKE_AWS_SECRET not in info.entrypoint + json.dumps(info.metadata or {})
+    # Every process that did its work on S3 exited 0: this task process (above) and
+    # each step's job driver (pyarrow's S3 client once crashed processes at their exit,
+    # apache/arrow#38352, and a step that exits 139 after its work is retried).
+    names = {k.split("/jobs/", 1)[1].split("/", 1)[0] for k in keys if "/jobs/" in k}
+    jobs = [j for j in head.client().list_jobs()
+            if (j.submission_id or "").rsplit("-a", 1)[0] in names]
+    assert sorted(j.metadata["trainyard_step"] for j in jobs) == ["evaluate", "train"]
+    assert [(str(j.status), j.driver_exit_code) for j in jobs] == [("SUCCEEDED", 0)] * 2
     assert FAKE_AWS_SECRET not in log
     request = s3_server.client().get_object(
         Bucket=s3_server.bucket, Key=f"{prefix}/jobs/trainyard-train-rj-s3/request.json")
