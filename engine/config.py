@@ -247,7 +247,8 @@ class RunConfig:
         checkpoint_config: Checkpoint retention.
         failure_config: Retries.
         callbacks: Driver-side callbacks.
-        verbose: 0 silent, 1 a line per report, 2 more detail.
+        verbose: 0 silent, 1 a line per report, 2 more detail (``False``/``True`` and
+            Ray's 3 are taken: 0, 1 and 2).
         storage_filesystem: A ``pyarrow.fs.FileSystem`` to use instead of one inferred
             from ``storage_path`` (e.g. S3 with an ``endpoint_override``).
         metrics_reduce: Reduce a metric across all ranks each round, e.g.
@@ -296,11 +297,13 @@ class RunConfig:
                     + (f" ({cls.__name__}(**your_dict) converts a dict)."
                        if isinstance(value, dict) else "."))
         _check_callbacks(self.callbacks)
-        if not isinstance(self.verbose, int) or isinstance(self.verbose, bool) \
-                or self.verbose not in (0, 1, 2):
+        if isinstance(self.verbose, bool):  # Ray takes verbose=False / True
+            self.verbose = int(self.verbose)
+        if not isinstance(self.verbose, int) or self.verbose not in (0, 1, 2, 3):
             raise ConfigError(
                 f"RunConfig(verbose={self.verbose!r}) is invalid: use 0 (silent), 1 (a "
-                "status line) or 2 (a line per report).")
+                "status line) or 2 (a line per report); 3 (Ray's most detail) is 2.")
+        self.verbose = min(self.verbose, 2)
         if self.storage_path is not None:
             if not isinstance(self.storage_path, (str, os.PathLike)):
                 raise ConfigError(
@@ -367,7 +370,7 @@ def _check_stop(stop: Any) -> None:
                 raise ConfigError(
                     f"RunConfig(stop={stop!r}) is invalid: use flat metric names (nested "
                     "ones as 'val/acc') mapped to numbers, e.g. {'training_iteration': 10}.")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not isinstance(value, (int, float)):  # True: {"done": True}, as in Ray
                 raise ConfigError(
                     f"RunConfig(stop={{{key!r}: {value!r}}}) is invalid: the value must be "
                     "a number (the run stops once the metric reaches it).")

@@ -7,6 +7,8 @@
     best = tuner.fit().get_best_result()
 
 Ray Tune's names are here too (``tune.run``, ``tune.report`` inside a function trainable,
+the class API ``tune.Trainable``, Ray ≥ 2.41's ``tune.RunConfig``, ``CheckpointConfig``,
+``FailureConfig`` and ``Result``,
 the sampling helpers, ``engine.tune.stopper``, ``engine.tune.logger``,
 ``engine.tune.search.optuna``, ``.hyperopt``, ``.bayesopt``, ``.bohb``): see
 docs/porting-from-ray.md.
@@ -17,8 +19,12 @@ imported only when a searcher is set up (``pip install 'trainyard[tune]'``).
 
 from __future__ import annotations
 
+from engine.callbacks import Callback
 from engine.checkpoint import Checkpoint
-from engine.session import get_checkpoint, get_context, report
+from engine.config import CheckpointConfig, FailureConfig, RunConfig
+from engine.result import Result
+from engine.session import get_checkpoint, report
+from engine.tune._context import get_context
 from engine.tune import stopper
 from engine.tune._legacy import run, with_parameters
 from engine.tune._trainable import with_resources
@@ -34,6 +40,7 @@ from engine.tune.search import (BasicVariantGenerator, ConcurrencyLimiter, Repea
 from engine.tune.search.optuna import OptunaSearch
 from engine.tune.stopper import Stopper
 from engine.tune.tune_config import TuneConfig
+from engine.tune.trainable import Trainable
 from engine.tune.tuner import Tuner
 
 PBT = PopulationBasedTraining
@@ -46,5 +53,7 @@ __all__ = [
     "TrialScheduler", "OptunaSearch", "Searcher", "BasicVariantGenerator",
     "ConcurrencyLimiter", "Repeater", "with_resources",
     "with_parameters", "run", "ExperimentAnalysis", "TuneError", "Stopper", "stopper",
-    "report", "get_checkpoint", "get_context", "Checkpoint",
+    "report", "get_checkpoint", "get_context", "Checkpoint", "Trainable", "RunConfig",
+    "CheckpointConfig", "FailureConfig", "Result", "Callback",
 ]
+

@@ -82,12 +82,15 @@ def run(run_or_experiment: Any, *, config: Optional[Dict[str, Any]] = None,
         fail_fast: bool = False, raise_on_failed_trial: bool = True,
         reuse_actors: Optional[bool] = None, trial_name_creator: Any = None,
         trial_dirname_creator: Any = None, storage_filesystem: Any = None,
-        local_dir: Optional[str] = None, **other: Any) -> ExperimentAnalysis:
+        local_dir: Optional[str] = None, checkpoint_freq: int = 0,
+        checkpoint_at_end: bool = False, **other: Any) -> ExperimentAnalysis:
     """Ray Tune's legacy entry point: run ``run_or_experiment`` (a function ``f(config)``
     or a trainer) over ``config`` and return an :class:`ExperimentAnalysis`.
 
     The arguments mean what they mean to ``Tuner`` (``config`` is its ``param_space``,
-    ``stop`` is ``RunConfig(stop=...)``, ``resources_per_trial`` is ``with_resources``).
+    ``stop`` is ``RunConfig(stop=...)``, ``resources_per_trial`` is ``with_resources``,
+    ``checkpoint_freq``/``checkpoint_at_end`` are ``CheckpointConfig``'s
+    ``checkpoint_frequency``/``checkpoint_at_end`` for a ``Trainable`` class).
 
     Raises:
         TuneError: A trial failed and ``raise_on_failed_trial`` is True.
@@ -104,6 +107,12 @@ def run(run_or_experiment: Any, *, config: Optional[Dict[str, Any]] = None,
     for key in other:
         logger.info("tune.run(%s=...) has no effect in trainyard.", key)
     trainable = run_or_experiment
+    if checkpoint_freq or checkpoint_at_end:
+        import dataclasses
+
+        checkpoint_config = dataclasses.replace(
+            checkpoint_config or CheckpointConfig(), checkpoint_frequency=checkpoint_freq,
+            checkpoint_at_end=checkpoint_at_end)
     if resources_per_trial:
         trainable = with_resources(trainable, resources_per_trial)
     tuner = Tuner(

@@ -112,6 +112,7 @@ class TrialLoop:
         # ExperimentPlateauStopper's); the trials' own run configs carry none.
         stopper = make_stopper(run_config.stop)
         self._stopper = StopCheck(stopper) if stopper is not None else None
+        trainable.bind(run_config)
         self._iteration = 0
         space, self._classes = expand(param_space)  # config objects holding a space
         self._params: List[Path] = [p for p, v in leaves(space) if searched(v)]

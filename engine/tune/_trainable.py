@@ -30,13 +30,40 @@ def with_resources(trainable: Callable, resources: Dict[str, float]) -> Callable
         ConfigError: ``trainable`` is a trainer (use its ``scaling_config``).
     """
     from engine.trainer import BaseTrainer
+    from engine.tune.trainable import is_trainable_class
 
     if isinstance(trainable, BaseTrainer) or not callable(trainable):
-        raise ConfigError("with_resources() takes a function; a trainer's resources come "
-                          "from its ScalingConfig (or param_space['scaling_config']).")
+        raise ConfigError("with_resources() takes a function or a Trainable class; a "
+                          "trainer's resources come from its ScalingConfig (or "
+                          "param_space['scaling_config']).")
+    if is_trainable_class(trainable):  # a subclass that carries them (picklable by value)
+        return type(trainable.__name__, (trainable,), {
+            _RESOURCES_ATTR: ray_resources(resources), "__module__": trainable.__module__,
+            "__qualname__": trainable.__qualname__})
     wrapped = functools.partial(trainable)
-    setattr(wrapped, _RESOURCES_ATTR, dict(resources))
+    setattr(wrapped, _RESOURCES_ATTR, ray_resources(resources))
     return wrapped
+
+
+def ray_resources(resources: Any) -> Dict[str, float]:
+    """``with_resources``' dict in Ray's resource names, read as Ray Tune reads it:
+    ``cpu``/``gpu`` are ``CPU``/``GPU``, ``memory`` stays, ``custom_resources`` is
+    merged in, and any other key is a custom resource."""
+    if not isinstance(resources, dict):
+        raise ConfigError(
+            f"with_resources(trainable, {resources!r}): pass a dict such as "
+            "{'cpu': 2, 'gpu': 0} or {'CPU': 2}.")
+    out: Dict[str, float] = {}
+    for key, value in resources.items():
+        if key == "custom_resources":
+            out.update(dict(value or {}))
+            continue
+        name = {"cpu": "CPU", "gpu": "GPU"}.get(key, key)
+        if name in out:
+            raise ConfigError(f"with_resources(trainable, {resources!r}) names {name} "
+                              f"twice ({key!r} and {name!r}): keep one.")
+        out[name] = value
+    return {k: v for k, v in out.items() if k not in ("GPU",) or v}
 
 
 def _deep_merge(base: Dict[str, Any], override: Dict[str, Any]) -> Dict[str, Any]:
@@ -66,6 +93,10 @@ class Trainable:
 
     def base_run_config(self) -> Optional[RunConfig]:
         return None
+
+    def bind(self, run_config: RunConfig) -> None:
+        """The experiment's RunConfig, before any trial starts (the trials' own carry
+        no ``stop``: the tuner checks it)."""
 
 
 class FunctionTrainable(Trainable):
@@ -143,8 +174,43 @@ def _scaling_kwargs(scaling: Optional[ScalingConfig]) -> Dict[str, Any]:
                                              "trainer_resources", "placement_strategy")}
 
 
+class ClassTrainable(FunctionTrainable):
+    """A ``engine.tune.Trainable`` subclass, run by a function that steps an instance of
+    it (``engine.tune.trainable.class_train_func``), checkpointing as the trial's
+    ``CheckpointConfig(checkpoint_frequency, checkpoint_at_end)`` says."""
+
+    def __init__(self, cls: type) -> None:
+        super().__init__(cls)
+        self.cls = cls
+        self.name = cls.__name__
+        self.stop: Any = None
+
+    def bind(self, run_config: RunConfig) -> None:
+        self.stop = run_config.stop  # a dict marks a trial's last iteration (at_end)
+
+    def make_spec(self, config, run_config, trial_info) -> RunSpec:
+        from engine.tune.trainable import class_train_func
+
+        cc = run_config.checkpoint_config
+        fn = class_train_func(self.cls, cc.checkpoint_frequency,
+                              bool(cc.checkpoint_at_end), self.stop)
+        scaling = self.scaling
+        requested = self.cls.default_resource_request(config)
+        if requested is not None and getattr(self.cls, _RESOURCES_ATTR, None) is None:
+            resources = ray_resources(getattr(requested, "required_resources", requested))
+            scaling = ScalingConfig(num_workers=1, use_gpu=bool(resources.get("GPU")),
+                                    resources_per_worker=resources)
+        return RunSpec(train_func=fn, train_loop_config=config, scaling_config=scaling,
+                       run_config=run_config, backend_config=BackendConfig(),
+                       trainer_name=self.name, trial_info=dict(trial_info))
+
+
 def make_trainable(trainable: Any) -> Trainable:
     from engine.trainer import BaseTrainer
+    from engine.tune.trainable import is_trainable_class
+
+    if is_trainable_class(trainable):
+        return ClassTrainable(trainable)
 
     if isinstance(trainable, BaseTrainer):
         if not hasattr(trainable, "_run_spec"):

@@ -271,7 +271,9 @@ _BIG_SCRIPT = textwrap.dedent('''
     store = 80 * 2**20
     # "local": its own instance, never a cluster that a ray_current_cluster file of
     # another test (`ray start`, on the other xdist worker) names.
-    ray.init(address="local", num_cpus=4, object_store_memory=store,
+    # Two CPUs, started by the script itself (not trainyard's way): the two workers
+    # reserve half a CPU each and one stays free for Ray Data (the fractional plan).
+    ray.init(address="local", num_cpus=2, object_store_memory=store,
              _node_ip_address="127.0.0.1",
              include_dashboard=False, configure_logging=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": repo}})
@@ -311,7 +313,8 @@ _BIG_SCRIPT = textwrap.dedent('''
 
 
 def test_dataset_larger_than_the_object_store_trains(tmp_path):
-    """~315 MB of int64 tensors stream through an 80 MB object store into 2 workers."""
+    """~315 MB of int64 tensors stream through an 80 MB object store into 2 workers, on
+    a Ray the script started with 2 CPUs (the workers take half a CPU each)."""
     rows, width = 4800, 8192  # 64 KiB a row
     data_bytes = rows * width * 8
     script = tmp_path / "big.py"
@@ -329,6 +332,7 @@ def test_dataset_larger_than_the_object_store_trains(tmp_path):
     assert res["object_store_bytes"] * 3 < data_bytes, res
     assert res["rows"] == [rows // 2, rows // 2], res
     assert res["checksum"] == rows * (rows - 1) // 2, res  # every row once
+    assert "reserves 0.5 CPU" in out, out[-4000:]  # streamed beside fractional workers
 
 
 # --- the digits MLP from Ray Data ------------------------------------------------------------

@@ -24,7 +24,7 @@ import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,11 +41,11 @@ class ScriptFailed(AssertionError):
 
 
 @contextlib.contextmanager
-def _as_main(script: Path, env: Dict[str, str]):
+def _as_main(script: Path, env: Dict[str, str], argv: Sequence[str] = ()):
     saved_env = dict(os.environ)
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
     os.environ.update(env)
-    sys.argv = [str(script)]
+    sys.argv = [str(script), *argv]
     sys.path.insert(0, str(script.parent))
     os.chdir(REPO)
     try:
@@ -63,13 +63,14 @@ def _as_main(script: Path, env: Dict[str, str]):
                 os.environ.pop(key, None)
 
 
-def run_in_process(script: Path, env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
-    """Run ``script`` as ``__main__``; its globals when it ends. What it printed is
-    under ``"__stdout__"``. A script that raises, or exits with a status other than 0,
-    fails with what it printed."""
+def run_in_process(script: Path, env: Optional[Dict[str, str]] = None,
+                   argv: Sequence[str] = ()) -> Dict[str, object]:
+    """Run ``script`` as ``__main__`` (with ``argv`` after its name); its globals when it
+    ends. What it printed is under ``"__stdout__"``. A script that raises, or exits with
+    a status other than 0, fails with what it printed."""
     out = io.StringIO()
     try:
-        with _as_main(script, env or {}), contextlib.redirect_stdout(out):
+        with _as_main(script, env or {}, argv), contextlib.redirect_stdout(out):
             try:
                 namespace = runpy.run_path(str(script), run_name="__main__")
             except SystemExit as exc:

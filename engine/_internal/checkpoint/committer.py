@@ -190,6 +190,8 @@ class CheckpointCommitter:
             item = items[rank]
             if not item.checkpoint_staging:
                 continue
+            if not item.checkpoint_files:  # an empty checkpoint directory (Ray allows
+                continue                    # one): nothing staged, only the marker
             if not taken and st.local and not st.exists(dest):
                 st.move(item.checkpoint_staging, dest)  # one rename for rank 0's files
                 taken.update(item.checkpoint_files)

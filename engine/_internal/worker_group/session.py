@@ -139,6 +139,20 @@ class ReportItem:
     checkpoint_files: List[str] = field(default_factory=list)
 
 
+def plain_metrics(metrics: Any) -> Any:
+    """``metrics`` with NumPy scalars (``np.float32(0.5)``, ``np.int64(3)``: what
+    ``arr.mean()`` returns) as the Python numbers they hold, as Ray takes them; arrays
+    and tensors are left for :func:`validate_metrics` to refuse, naming the key."""
+    if isinstance(metrics, dict):
+        return {k: plain_metrics(v) for k, v in metrics.items()}
+    if isinstance(metrics, (list, tuple)):
+        return type(metrics)(plain_metrics(v) for v in metrics)
+    if type(metrics).__module__ == "numpy" and getattr(metrics, "shape", None) == () \
+            and hasattr(metrics, "item") and not hasattr(metrics, "__len__"):
+        return metrics.item()
+    return metrics
+
+
 def validate_metrics(metrics: Any, prefix: str = "") -> None:
     """Raise TypeError naming the key whose value is not a plain JSON-able value."""
     if not isinstance(metrics, dict):
@@ -204,6 +218,7 @@ class TrainSession:
 
     # --- report ----------------------------------------------------------------
     def report(self, metrics: Dict[str, Any], checkpoint: Any = None) -> None:
+        metrics = plain_metrics(metrics)
         validate_metrics(metrics)
         now = time.time()
         self.iteration += 1

@@ -78,3 +78,89 @@ def test_prepare_trainer_turns_shards_into_rows():
     trainer = prepare_trainer(_FakeTrainer())
     assert len(trainer.train_dataset) == 2 and trainer.eval_dataset[1] == {"a": 2}
     assert trainer.get_train_dataloader.__wrapped__ is not None  # not re-split
+
+
+# --- Ray 2.41+ spellings and Ray's lenient values ---------------------------------------
+def test_the_ray_2_41_names_are_under_engine_tune():
+    import engine
+    from engine import tune
+
+    assert (tune.RunConfig, tune.CheckpointConfig, tune.FailureConfig, tune.Result) == (
+        engine.RunConfig, engine.CheckpointConfig, engine.FailureConfig, engine.Result)
+    assert tune.Trainable.__module__ == "engine.tune.trainable"
+
+
+def test_rays_lenient_values_are_taken_as_ray_takes_them():
+    from engine import RunConfig, tune
+    from engine.tune._trainable import _RESOURCES_ATTR
+
+    assert RunConfig(stop={"done": True}).stop == {"done": True}
+    assert [RunConfig(verbose=v).verbose for v in (False, True, 3)] == [0, 1, 2]
+    fn = tune.with_resources(lambda config: None, {"cpu": 2, "gpu": 0,
+                                                   "custom_resources": {"tpu": 1}})
+    assert getattr(fn, _RESOURCES_ATTR) == {"CPU": 2, "tpu": 1}
+    with pytest.raises(ConfigError, match="names CPU twice"):
+        tune.with_resources(lambda config: None, {"cpu": 1, "CPU": 2})
+
+
+def test_tune_get_context_outside_a_trial_has_no_trial():
+    from engine import tune
+
+    ctx = tune.get_context()
+    assert (ctx.get_trial_id(), ctx.get_trial_name(), ctx.get_trial_dir(),
+            ctx.get_experiment_name(), ctx.get_world_rank(), ctx.get_world_size()) == (
+        None, None, None, None, 0, 1)
+
+
+def test_a_trainable_class_steps_saves_and_restores_without_ray(tmp_path):
+    from engine import tune
+
+    class Count(tune.Trainable):
+        def setup(self, config):
+            self.total = config.get("start", 0)
+
+        def step(self):
+            self.total += 1
+            return {"total": self.total, "timesteps_this_iter": 10}
+
+        def save_checkpoint(self, checkpoint_dir):
+            return {"total": self.total}
+
+        def load_checkpoint(self, checkpoint):
+            self.total = checkpoint["total"]
+
+    first = Count({"start": 5})
+    results = [first.train() for _ in range(3)]
+    assert [r["total"] for r in results] == [6, 7, 8]
+    assert [r["training_iteration"] for r in results] == [1, 2, 3]
+    assert results[-1]["timesteps_total"] == 30 and results[-1]["done"] is False
+    path = first.save(str(tmp_path / "ckpt"))
+    again = Count({})
+    again.restore(path)
+    assert (again.total, again.iteration) == (8, 3)
+    assert again.train()["training_iteration"] == 4
+    assert again.train()["iterations_since_restore"] == 2
+
+    class NoStep(tune.Trainable):
+        pass
+
+    with pytest.raises(NotImplementedError, match="must implement step"):
+        NoStep().train()
+    with pytest.raises(NotImplementedError, match="save_checkpoint"):
+        NoStep().save(str(tmp_path / "none"))
+
+
+def test_the_tune_integrations_are_at_rays_paths():
+    pytest.importorskip("xgboost")
+    pytest.importorskip("lightgbm")
+    import engine.lightgbm
+    import engine.xgboost
+    from engine.tune.integration import lightgbm as tune_lgbm
+    from engine.tune.integration import xgboost as tune_xgb
+    from engine.tune.integration.ray_train import TuneReportCallback
+
+    assert tune_xgb.TuneReportCheckpointCallback is engine.xgboost.RayTrainReportCallback
+    assert tune_lgbm.TuneReportCheckpointCallback is engine.lightgbm.RayTrainReportCallback
+    with pytest.raises(AttributeError, match="use TuneReportCheckpointCallback"):
+        tune_xgb.TuneReportCallback
+    assert TuneReportCallback.__module__ == "engine.tune.integration.ray_train"

@@ -128,3 +128,18 @@ def test_a_reused_worker_collects_the_last_trials_cycles_before_it_freezes(monke
         if was_enabled:
             gc.enable()
     assert gc.get_freeze_count() == 0
+
+
+def test_numpy_scalars_are_reported_as_the_numbers_they_hold_as_in_ray():
+    import numpy as np
+
+    from engine._internal.worker_group.session import plain_metrics, validate_metrics
+
+    metrics = plain_metrics({"loss": np.float32(0.5), "steps": [np.int64(3)],
+                             "val": {"ok": np.bool_(True)}, "lr": 0.1})
+    assert metrics == {"loss": 0.5, "steps": [3], "val": {"ok": True}, "lr": 0.1}
+    assert type(metrics["loss"]) is float and type(metrics["steps"][0]) is int
+    validate_metrics(metrics)
+    # An array is still refused, naming the key (report(loss=batch_losses) is a bug).
+    with pytest.raises(TypeError, match="'losses' has type numpy.ndarray"):
+        validate_metrics(plain_metrics({"losses": np.array([1.0, 2.0])}))
