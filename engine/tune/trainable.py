@@ -184,10 +184,13 @@ class Trainable:
         directory = checkpoint_dir or tempfile.mkdtemp(prefix="trainable_ckpt_")
         os.makedirs(directory, exist_ok=True)
         data = self.save_checkpoint(directory)
+        if isinstance(data, (str, os.PathLike)) and _inside(os.fspath(data), directory):
+            data = None  # its own checkpoint_dir, or a file in it (as Ray takes it)
         if data is not None:
             if not isinstance(data, dict):
-                raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None "
-                                f"or a dict, got {type(data).__name__}.")
+                raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None, "
+                                "a dict, or a path inside checkpoint_dir; got "
+                                f"{data!r}.")
             with open(os.path.join(directory, DICT_CHECKPOINT_FILE), "wb") as f:
                 pickle.dump(data, f)
         with open(os.path.join(directory, STATE_FILE), "w") as f:
@@ -236,6 +239,11 @@ class Trainable:
         self._timesteps_total = self._episodes_total = None
         self._iterations_since_restore, self._time_since_restore = 0, 0.0
         return True
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory + os.sep)
 
 
 def _context_value(method: str) -> Any:

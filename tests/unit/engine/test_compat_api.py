@@ -164,3 +164,29 @@ def test_the_tune_integrations_are_at_rays_paths():
     with pytest.raises(AttributeError, match="use TuneReportCheckpointCallback"):
         tune_xgb.TuneReportCallback
     assert TuneReportCallback.__module__ == "engine.tune.integration.ray_train"
+
+
+def test_save_checkpoint_may_return_its_own_directory_as_in_ray(tmp_path):
+    import os
+
+    from engine import tune
+
+    class Dir(tune.Trainable):
+        def step(self):
+            return {"x": 1}
+
+        def save_checkpoint(self, checkpoint_dir):
+            open(os.path.join(checkpoint_dir, "state"), "w").write("s")
+            return checkpoint_dir
+
+        def load_checkpoint(self, checkpoint):
+            self.loaded = open(os.path.join(checkpoint, "state")).read()
+
+    first = Dir()
+    first.train()
+    again = Dir()
+    again.restore(first.save(str(tmp_path / "c")))
+    assert again.loaded == "s" and again.iteration == 1
+    with pytest.raises(TypeError, match="a path inside checkpoint_dir"):
+        type("Elsewhere", (Dir,), {"save_checkpoint": lambda self, d: "/tmp"})().save(
+            str(tmp_path / "d"))
