@@ -199,15 +199,20 @@ class RayNode:
 
     def __init__(self, head: RayHead, num_cpus: int = 2,
                  resources: Optional[Dict[str, float]] = None) -> None:
+        self.head = head
+        self.num_cpus, self.resources = num_cpus, dict(resources or {})
+        self._start()
+
+    def _start(self) -> None:
         import json
 
-        self.head = head
+        head = self.head
         self.temp_dir = tempfile.mkdtemp(prefix="tynode-", dir="/tmp")
         self.log_path = os.path.join(self.temp_dir, "ray_start.log")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [RAY, "start", "--address", head.gcs_address, "--block",
-                 "--num-cpus", str(num_cpus), "--resources", json.dumps(resources or {}),
+                 "--num-cpus", str(self.num_cpus), "--resources", json.dumps(self.resources),
                  "--disable-usage-stats",
                  *[arg for flag in ("--dashboard-agent-listen-port",
                                     "--dashboard-agent-grpc-port", "--metrics-export-port",
@@ -222,8 +227,17 @@ class RayNode:
         from ray.util.state import list_nodes
 
         deadline = time.monotonic() + timeout
+        restarts = RESTARTS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                # As the head's: `ray start` gives the node a fixed wait for the head's
+                # GCS to answer ("Failed to get node info: Deadline Exceeded" on a loaded
+                # runner, CI of 187955a): join again, as a user would.
+                if restarts:
+                    restarts -= 1
+                    self.stop()
+                    self._start()
+                    continue
                 raise RuntimeError(f"ray start exited {self.proc.returncode}:\n"
                                    f"{open(self.log_path, errors='replace').read()[-4000:]}")
             try:
