@@ -18,7 +18,6 @@ The public face of this module is ``engine.storage``; the parts live beside it:
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -315,7 +314,7 @@ class Storage:
                 etags[path] = new
                 return
             current = _s3.etag_of(client, path, shown)
-            if current is not None and current.strip('"') == hashlib.md5(data, usedforsecurity=False).hexdigest():
+            if _s3.holds(current, data):
                 etags[path] = current  # a retried PUT whose first try went through
                 return
             etags.pop(path, None)
@@ -376,8 +375,7 @@ class Storage:
         # Refused: another writer's change, or this PUT's own earlier try that went
         # through before its answer was lost (the retry then finds its own bytes).
         _now, current = _s3.read_with_etag(client, path, shown)
-        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-        return current is not None and current.strip('"') == md5
+        return _s3.holds(current, data)
 
     @_writes
     def _update_local(self, path: str, change: Callable[[Optional[Any]], Any]) -> Any:

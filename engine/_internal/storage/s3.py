@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import hashlib
 from typing import Any, Dict, Optional, Tuple
 
 from engine._internal.storage.retry import ServiceError
@@ -172,6 +173,14 @@ def read_with_etag(client: Any, path: str, shown: str) -> Tuple[Optional[bytes],
     if out is None:
         return None, None
     return out["Body"].read(), out["ETag"]
+
+
+def holds(etag: Optional[str], data: bytes) -> bool:
+    """Whether the object whose ETag is ``etag`` holds ``data`` (a single-part PUT's ETag
+    is its MD5): how a writer whose PUT was refused after a retry finds that its own
+    first try went through."""
+    return etag is not None and etag.strip('"') == hashlib.md5(
+        data, usedforsecurity=False).hexdigest()
 
 
 def etag_of(client: Any, path: str, shown: str) -> Optional[str]:
